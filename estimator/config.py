@@ -1,0 +1,112 @@
+"""The one-attention-call config and the element sizes it uses.
+
+Element sizes are kept in bits so that 4-bit KV caches stay exact (style rule 3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DTYPE_BITS: dict[str, int] = {"float16": 16, "bfloat16": 16, "float32": 32}
+# KV-cache storage types for plans (a superset: 8- and 4-bit quantised caches).
+KV_DTYPE_BITS: dict[str, int] = {**DTYPE_BITS, "float8": 8, "int8": 8, "int4": 4}
+DTYPE_ALIASES = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32", "float": "float32"}
+
+BACKENDS = ("auto", "math", "flash", "efficient", "cudnn", "eager")
+SDPA_BACKENDS = ("cudnn", "flash", "efficient", "math")  # what `auto` chooses among
+MASKS = ("none", "bool", "float")
+MODES = ("forward", "forward_backward")
+
+# Sizes past these are not attention calls anyone can run on one device; they are typos.
+MAX_SEQ_LEN = 1 << 24  # 16.7 M tokens
+MAX_DIM = 1 << 16
+
+
+def normalize_dtype(value: str, *, field: str = "dtype", allowed: dict[str, int] = DTYPE_BITS) -> str:
+    """Canonical dtype name, accepting `torch.bfloat16`, `bf16` and the like; ValueError otherwise."""
+    name = str(value).strip().lower().removeprefix("torch.")
+    name = DTYPE_ALIASES.get(name, name)
+    if name not in allowed:
+        raise ValueError(f"{field}: unknown dtype {value!r}; expected one of {', '.join(allowed)}")
+    return name
+
+
+def check_positive_int(field: str, value, maximum: int) -> int:
+    """Return value as int if it is a whole number in [1, maximum]; ValueError naming the field otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"{field}: expected a positive integer, got {value!r}")
+    try:
+        as_float = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{field}: expected a positive integer, got {value!r}") from None
+    if as_float != as_float or not as_float.is_integer():
+        raise ValueError(f"{field}: expected a positive integer, got {value!r}")
+    number = int(as_float)
+    if number < 1:
+        raise ValueError(f"{field}: must be at least 1, got {number}")
+    if number > maximum:
+        raise ValueError(f"{field}: {number} is absurdly large (limit {maximum:,})")
+    return number
+
+
+def parse_bool(field: str, value) -> bool:
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "y", "t"):
+        return True
+    if text in ("0", "false", "no", "n", "f", ""):
+        return False
+    raise ValueError(f"{field}: expected 0 or 1, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionCall:
+    """One `scaled_dot_product_attention` call: q (batch, q_heads, q_len, head_dim),
+    k and v (batch, kv_heads, kv_len, head_dim), as ../shared/contract.md §1 lays them out."""
+
+    batch: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    q_len: int
+    kv_len: int
+    dtype: str = "bfloat16"
+    causal: bool = False
+    mask: str = "none"  # none | bool | float: a dense (batch, 1, q_len, kv_len) mask
+    dropout: float = 0.0
+    mode: str = "forward"  # forward (no grad) | forward_backward (the call, then out.backward)
+    backend: str = "auto"
+
+    def __post_init__(self) -> None:
+        for field, limit in (("batch", 1 << 20), ("q_heads", 1 << 16), ("kv_heads", 1 << 16),
+                             ("head_dim", MAX_DIM), ("q_len", MAX_SEQ_LEN), ("kv_len", MAX_SEQ_LEN)):
+            object.__setattr__(self, field, check_positive_int(field, getattr(self, field), limit))
+        if self.q_heads % self.kv_heads:
+            raise ValueError(f"kv_heads: q_heads ({self.q_heads}) must be divisible by kv_heads ({self.kv_heads})")
+        object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
+        if not isinstance(self.causal, bool):
+            object.__setattr__(self, "causal", parse_bool("causal", self.causal))
+        for field, allowed in (("mask", MASKS), ("mode", MODES), ("backend", BACKENDS)):
+            value = str(getattr(self, field)).strip().lower()
+            if value not in allowed:
+                raise ValueError(f"{field}: unknown value {getattr(self, field)!r}; expected one of {', '.join(allowed)}")
+            object.__setattr__(self, field, value)
+        try:
+            dropout = float(self.dropout)
+        except (TypeError, ValueError):
+            raise ValueError(f"dropout: expected a probability in [0, 1), got {self.dropout!r}") from None
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout: must be in [0, 1), got {self.dropout!r}")
+        object.__setattr__(self, "dropout", dropout)
+
+    @property
+    def element_bits(self) -> int:
+        return DTYPE_BITS[self.dtype]
+
+    @property
+    def gqa_group(self) -> int:
+        """Query heads per KV head (1 for plain multi-head attention)."""
+        return self.q_heads // self.kv_heads
+
+    @property
+    def training(self) -> bool:
+        return self.mode == "forward_backward"

@@ -1,0 +1,132 @@
+"""Plotly figures for the app: pure functions of estimator data, tested without Streamlit.
+
+Bytes arrive as exact ints and are shown in GiB (2**30) only here, at the formatting edge. Log axes
+and layout shapes do not mix well (a shape's y on a log axis is log10 of the value), so capacity
+lines are drawn as ordinary two-point traces: they sit at the right height and carry their label in
+the legend and the hover text.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import pandas as pd
+import plotly.graph_objects as go
+
+GIB = 2**30
+BACKEND_COLORS = {"math": "#d62728", "flash": "#1f77b4", "efficient": "#2ca02c", "cudnn": "#9467bd",
+                  "eager": "#ff7f0e", "auto": "#7f7f7f"}
+_HOVER_GIB = "%{y:,.3f} GiB"
+
+
+def gib(value_bytes: int | float | None) -> float | None:
+    """Bytes → GiB (2**30) for display; None and NaN stay None."""
+    if value_bytes is None or (isinstance(value_bytes, float) and math.isnan(value_bytes)):
+        return None
+    return value_bytes / GIB
+
+
+def memory_vs_n(sweep: pd.DataFrame, *, capacity_bytes: int, capacity_label: str, y_column: str = "total_bytes",
+                title: str = "Memory against sequence length", current_n: int | None = None) -> go.Figure:
+    """Log-log memory against n, one line per backend, with the GPU's capacity as a labelled line.
+
+    `sweep` has columns n, backend and `y_column` (bytes, NaN or None where that backend cannot run).
+    """
+    for column in ("n", "backend", y_column):
+        if column not in sweep.columns:
+            raise ValueError(f"sweep: missing column {column!r}")
+    fig = go.Figure()
+    ns = sorted(int(n) for n in sweep["n"].unique())
+    for backend, rows in sweep.groupby("backend", sort=False):
+        rows = rows.sort_values("n")
+        y = [gib(v) if pd.notna(v) else None for v in rows[y_column]]
+        fig.add_trace(go.Scatter(
+            x=list(rows["n"].astype(int)), y=y, mode="lines+markers", name=str(backend),
+            line={"color": BACKEND_COLORS.get(str(backend))}, connectgaps=False,
+            hovertemplate=f"{backend}<br>n = %{{x:,}}<br>{_HOVER_GIB}<extra></extra>"))
+    if ns:
+        cap = capacity_bytes / GIB
+        fig.add_trace(go.Scatter(
+            x=[ns[0], ns[-1]], y=[cap, cap], mode="lines", name=f"{capacity_label}: {cap:,.1f} GiB",
+            line={"color": "black", "dash": "dash"},
+            hovertemplate=f"{capacity_label} capacity<br>{cap:,.2f} GiB<extra></extra>"))
+    if current_n is not None:
+        shown = [v for trace in fig.data for v in trace.y if v is not None and v > 0]
+        if shown:
+            fig.add_trace(go.Scatter(
+                x=[current_n, current_n], y=[min(shown), max(shown)], mode="lines", name=f"your n = {current_n:,}",
+                line={"color": "grey", "dash": "dot"}, hoverinfo="skip"))
+    fig.update_xaxes(type="log", title_text="sequence length n (tokens)")
+    fig.update_yaxes(type="log", title_text="memory (GiB)")
+    fig.update_layout(title=title, legend_title_text="backend", hovermode="closest",
+                      margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    return fig
+
+
+def budget_breakdown(components: Sequence[tuple[str, int]], *, capacity_bytes: int, capacity_label: str,
+                     title: str = "Memory budget per GPU") -> go.Figure:
+    """One stacked bar of the budget's components (GiB) beside a bar for the GPU's capacity."""
+    fig = go.Figure()
+    for name, value in components:
+        if value is None or value <= 0:
+            continue
+        fig.add_trace(go.Bar(x=["plan"], y=[value / GIB], name=str(name),
+                             hovertemplate=f"{name}<br>{_HOVER_GIB}<extra></extra>"))
+    fig.add_trace(go.Bar(x=[capacity_label], y=[capacity_bytes / GIB], name="capacity",
+                         marker={"color": "lightgrey"},
+                         hovertemplate=f"{capacity_label} capacity<br>{_HOVER_GIB}<extra></extra>"))
+    fig.update_layout(barmode="stack", title=title, yaxis_title="GiB", margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    return fig
+
+
+def shares(parts: dict[str, float], *, title: str) -> go.Figure:
+    """A donut of shares (fractions that sum to at most 1; the rest is shown as 'other')."""
+    labels, values = [], []
+    for name, value in parts.items():
+        if value is None or value < 0:
+            raise ValueError(f"shares: {name} must be a non-negative fraction, got {value!r}")
+        labels.append(name)
+        values.append(float(value))
+    rest = 1.0 - sum(values)
+    if rest > 1e-9:
+        labels.append("other")
+        values.append(rest)
+    fig = go.Figure(go.Pie(labels=labels, values=values, hole=0.45, sort=False,
+                           hovertemplate="%{label}: %{percent}<extra></extra>"))
+    fig.update_layout(title=title, margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    return fig
+
+
+def measured_vs_predicted(df: pd.DataFrame, *, measured: str = "measured_peak_extra_bytes",
+                          predicted: str = "peak_extra_bytes", color: str = "backend") -> go.Figure:
+    """Log-log scatter of measured against predicted bytes (GiB) with the y = x line."""
+    rows = df.dropna(subset=[measured, predicted])
+    rows = rows[(rows[measured].astype(float) > 0) & (rows[predicted].astype(float) > 0)]
+    fig = go.Figure()
+    groups: Iterable = rows.groupby(color, sort=False) if color in rows.columns else [("all", rows)]
+    for name, part in groups:
+        fig.add_trace(go.Scatter(
+            x=part[predicted].astype(float) / GIB, y=part[measured].astype(float) / GIB, mode="markers",
+            name=str(name), marker={"color": BACKEND_COLORS.get(str(name))},
+            hovertemplate=f"{name}<br>predicted %{{x:,.4f}} GiB<br>measured %{{y:,.4f}} GiB<extra></extra>"))
+    if len(rows):
+        values = pd.concat([rows[measured], rows[predicted]]).astype(float) / GIB
+        lo, hi = float(values.min()), float(values.max())
+        fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="measured = predicted",
+                                 line={"color": "black", "dash": "dash"}, hoverinfo="skip"))
+    fig.update_xaxes(type="log", title_text="predicted peak extra (GiB)")
+    fig.update_yaxes(type="log", title_text="measured peak extra (GiB)")
+    fig.update_layout(title="Measured against predicted", margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    return fig
+
+
+def percentile_bars(table: pd.DataFrame, *, value: str, title: str, unit: str) -> go.Figure:
+    """Bars for a percentile table (column `percentile` plus `value`), e.g. the trace page's P50/P90/P99."""
+    y = table[value].astype(float)
+    if unit == "GiB":
+        y = y / GIB
+    fig = go.Figure(go.Bar(x=list(table["percentile"]), y=list(y),
+                           hovertemplate=f"%{{x}}: %{{y:,.3f}} {unit}<extra></extra>"))
+    fig.update_layout(title=title, yaxis_title=unit, margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    return fig

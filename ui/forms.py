@@ -1,0 +1,108 @@
+"""Streamlit form widgets shared by the pages. Widgets are keyed; their first values come from the URL.
+
+Pattern: `seed_state(prefix, values)` copies the URL's values into `st.session_state` once per session,
+the widgets are created without `value=` (so a re-run never resets them), and the page reads
+`read_values(prefix, keys)` after the form. Widgets only collect raw values: validation happens when
+the page builds the config, which raises ValueError (shown with st.error).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import streamlit as st
+
+from estimator.config import BACKENDS, DTYPE_BITS, KV_DTYPE_BITS, MASKS
+from estimator.hardware import CATALOG
+from ui.state import CALL_MODES, CHECKPOINTING, PLAN_MODES
+
+
+def seed_state(prefix: str, values: Mapping) -> None:
+    """Put the URL's values into session state the first time a page runs in this session."""
+    marker = f"{prefix}__seeded"
+    if st.session_state.get(marker):
+        return
+    for key, value in values.items():
+        st.session_state[f"{prefix}{key}"] = value
+    st.session_state[marker] = True
+
+
+def read_values(prefix: str, keys: Iterable[str]) -> dict:
+    return {key: st.session_state[f"{prefix}{key}"] for key in keys if f"{prefix}{key}" in st.session_state}
+
+
+def _int(label: str, key: str, help: str | None = None) -> None:
+    st.number_input(label, min_value=1, step=1, key=key, help=help)
+
+
+def gpu_select(key: str) -> None:
+    names = list(CATALOG)
+    st.selectbox("GPU", names, key=key, format_func=lambda n: f"{n} — {CATALOG[n].label}")
+
+
+def call_form(prefix: str = "call_") -> bool:
+    """The one-attention-call form; returns whether it was submitted on this run."""
+    with st.form("call_form"):
+        c1, c2, c3 = st.columns(3)
+        with c1:
+            _int("batch", f"{prefix}batch")
+            _int("q_heads", f"{prefix}q_heads")
+            _int("kv_heads", f"{prefix}kv_heads", help="q_heads must be a multiple of kv_heads (GQA when smaller)")
+            _int("head_dim", f"{prefix}head_dim")
+        with c2:
+            _int("q_len (tokens)", f"{prefix}q_len")
+            _int("kv_len (tokens)", f"{prefix}kv_len")
+            st.selectbox("dtype", list(DTYPE_BITS), key=f"{prefix}dtype")
+            st.selectbox("mode", CALL_MODES, key=f"{prefix}mode",
+                         help="forward = inference under no_grad; forward_backward = the call, then backward")
+        with c3:
+            st.selectbox("backend", BACKENDS, key=f"{prefix}backend",
+                         help="auto = what PyTorch picks; eager = the hand-written reference computation")
+            st.checkbox("causal", key=f"{prefix}causal")
+            st.selectbox("mask", MASKS, key=f"{prefix}mask", help="a dense (batch, 1, q_len, kv_len) mask")
+            st.number_input("dropout", min_value=0.0, max_value=0.99, step=0.05, key=f"{prefix}dropout")
+            gpu_select(f"{prefix}gpu")
+        return st.form_submit_button("Estimate", type="primary")
+
+
+def plan_form(prefix: str, presets: list[str], source: str) -> tuple[bool, object]:
+    """The planning form for one model source; returns (submitted, uploaded config file or None)."""
+    uploaded = None
+    with st.form("plan_form"):
+        c1, c2, c3 = st.columns(3)
+        with c1:
+            st.markdown("**Model**")
+            if source == "preset":
+                st.selectbox("preset", presets, key=f"{prefix}preset")
+            elif source == "hf-config":
+                uploaded = st.file_uploader("Hugging Face config.json", type=["json"], key=f"{prefix}config_file")
+            else:
+                _int("layers", f"{prefix}layers")
+                _int("hidden", f"{prefix}hidden")
+                _int("heads (query)", f"{prefix}heads")
+                _int("kv_heads", f"{prefix}kv_heads")
+                _int("head_dim", f"{prefix}head_dim")
+                _int("ffn (intermediate size)", f"{prefix}ffn")
+                _int("vocab", f"{prefix}vocab")
+                st.checkbox("gated FFN (SwiGLU/GeGLU: 3 matrices)", key=f"{prefix}gated_ffn")
+                st.checkbox("tied embeddings", key=f"{prefix}tied_embeddings")
+        with c2:
+            st.markdown("**Workload**")
+            _int("sequence length n (tokens)", f"{prefix}seq_len")
+            _int("batch", f"{prefix}batch")
+            st.selectbox("dtype", list(DTYPE_BITS), key=f"{prefix}dtype")
+            st.selectbox("KV-cache dtype", [k for k in KV_DTYPE_BITS if k != "float32"], key=f"{prefix}kv_dtype")
+            st.selectbox("mode", PLAN_MODES, key=f"{prefix}mode",
+                         help="training = one mixed-precision AdamW step; inference = prefill of n tokens + KV cache")
+            st.selectbox("activation checkpointing", CHECKPOINTING, key=f"{prefix}checkpointing")
+            st.number_input("attention window (tokens, 0 = global)", min_value=0, step=256, key=f"{prefix}window")
+            st.selectbox("attention backend", BACKENDS, key=f"{prefix}backend",
+                         help="auto = what PyTorch picks; a forced backend; eager = hand-written attention")
+        with c3:
+            st.markdown("**Hardware**")
+            gpu_select(f"{prefix}gpu")
+            _int("GPUs", f"{prefix}gpus")
+            _int("tensor parallel (tp)", f"{prefix}tp")
+            _int("context parallel (cp)", f"{prefix}cp")
+        submitted = st.form_submit_button("Plan", type="primary")
+    return submitted, uploaded

@@ -1,0 +1,130 @@
+"""The query-string round trip: form values ↔ `?key=value` so that any plan or call can be shared by URL.
+
+Pure functions (no Streamlit). `values_from_query` never raises: a bad parameter is dropped with a
+one-line message naming it, and the default stands in. `query_from_values` writes every field, so a
+shared URL pins the whole plan even if the defaults change later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from estimator.config import BACKENDS, DTYPE_BITS, KV_DTYPE_BITS, MASKS, MAX_SEQ_LEN, check_positive_int, \
+    normalize_dtype, parse_bool
+from estimator.hardware import CATALOG, get_gpu
+
+MODEL_SOURCES = ("preset", "custom", "hf-config")
+PLAN_MODES = ("inference", "training")
+CHECKPOINTING = ("none", "selective", "full")
+CALL_MODES = ("forward", "forward_backward")
+
+# Defaults: Llama-3-8B serving an 8k prompt on one H200 (the architecture fields describe Llama-3-8B too).
+PLAN_DEFAULTS: dict = {
+    "source": "preset", "preset": "llama-3-8b",
+    "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128, "ffn": 14336, "vocab": 128256,
+    "gated_ffn": True, "tied_embeddings": False,
+    "seq_len": 8192, "batch": 1, "dtype": "bfloat16", "kv_dtype": "bfloat16", "mode": "inference",
+    "checkpointing": "none", "window": 0, "backend": "auto", "gpu": "h200", "gpus": 1, "tp": 1, "cp": 1,
+}
+ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "gated_ffn", "tied_embeddings")
+_INT_LIMITS = {"layers": 4096, "hidden": 1 << 20, "heads": 1 << 16, "kv_heads": 1 << 16, "head_dim": 1 << 16,
+               "ffn": 1 << 22, "vocab": 1 << 24, "seq_len": MAX_SEQ_LEN, "batch": 1 << 20, "gpus": 1 << 16,
+               "tp": 1 << 12, "cp": 1 << 12}
+_CHOICES = {"source": MODEL_SOURCES, "mode": PLAN_MODES, "checkpointing": CHECKPOINTING, "backend": BACKENDS}
+
+CALL_DEFAULTS: dict = {
+    "batch": 1, "q_heads": 32, "kv_heads": 8, "head_dim": 128, "q_len": 8192, "kv_len": 8192,
+    "dtype": "bfloat16", "causal": True, "mask": "none", "dropout": 0.0, "mode": "forward", "backend": "auto",
+    "gpu": "h200",
+}
+_CALL_INT_LIMITS = {"batch": 1 << 20, "q_heads": 1 << 16, "kv_heads": 1 << 16, "head_dim": 1 << 16,
+                    "q_len": MAX_SEQ_LEN, "kv_len": MAX_SEQ_LEN}
+_CALL_CHOICES = {"mask": MASKS, "mode": CALL_MODES, "backend": BACKENDS}
+
+
+def _first(value):
+    return value[-1] if isinstance(value, list | tuple) else value
+
+
+def _coerce(key: str, raw, ints: Mapping[str, int], choices: Mapping[str, tuple], presets: tuple[str, ...] = ()):
+    """One query value → its typed form value; ValueError naming the key otherwise."""
+    if key in ints:
+        return check_positive_int(key, raw, ints[key])
+    if key in choices:
+        value = str(raw).strip().lower()
+        if value not in choices[key]:
+            raise ValueError(f"{key}: unknown value {raw!r}; expected one of {', '.join(choices[key])}")
+        return value
+    if key == "dtype":
+        return normalize_dtype(raw, field="dtype", allowed=DTYPE_BITS)
+    if key == "kv_dtype":
+        return normalize_dtype(raw, field="kv_dtype", allowed=KV_DTYPE_BITS)
+    if key == "gpu":
+        return get_gpu(raw).name
+    if key in ("gated_ffn", "tied_embeddings", "causal"):
+        return parse_bool(key, raw)
+    if key == "window":  # 0 = no window (global attention)
+        text = str(raw).strip().lower()
+        return 0 if text in ("", "0", "none") else check_positive_int("window", text, MAX_SEQ_LEN)
+    if key == "preset":
+        value = str(raw).strip().lower()
+        if presets and value not in presets:
+            raise ValueError(f"preset: unknown preset {raw!r}; known: {', '.join(presets)}")
+        return value
+    if key == "dropout":
+        try:
+            value = float(raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"dropout: expected a probability in [0, 1), got {raw!r}") from None
+        if not 0.0 <= value < 1.0:
+            raise ValueError(f"dropout: must be in [0, 1), got {raw!r}")
+        return value
+    raise ValueError(f"{key}: not a parameter of this page")
+
+
+def values_from_query(params: Mapping, *, presets: tuple[str, ...] = ()) -> tuple[dict, list[str]]:
+    """Plan form values from a query string (defaults for what is absent); errors for what is malformed."""
+    values, errors = dict(PLAN_DEFAULTS), []
+    for key, raw in params.items():
+        if key not in PLAN_DEFAULTS:
+            continue  # other pages' parameters, or ones we no longer use
+        try:
+            values[key] = _coerce(key, _first(raw), _INT_LIMITS, _CHOICES, presets)
+        except ValueError as exc:
+            errors.append(f"URL parameter {exc}")
+    return values, errors
+
+
+def query_from_values(values: Mapping) -> dict[str, str]:
+    """Form values → query parameters: the preset or the architecture (never both), then everything else."""
+    skip = set(ARCH_FIELDS) if values.get("source", "preset") == "preset" else {"preset"}
+    query = {}
+    for key in PLAN_DEFAULTS:
+        if key in skip or key not in values:
+            continue
+        value = values[key]
+        if key == "source" and value == "hf-config":
+            value = "custom"  # an uploaded config travels as its architecture fields
+        query[key] = str(int(value)) if isinstance(value, bool) else str(value)
+    return query
+
+
+def call_values_from_query(params: Mapping) -> tuple[dict, list[str]]:
+    """Attention-call form values from a query string; errors for malformed parameters."""
+    values, errors = dict(CALL_DEFAULTS), []
+    for key, raw in params.items():
+        if key not in CALL_DEFAULTS:
+            continue
+        try:
+            values[key] = _coerce(key, _first(raw), _CALL_INT_LIMITS, _CALL_CHOICES)
+        except ValueError as exc:
+            errors.append(f"URL parameter {exc}")
+    return values, errors
+
+
+def call_query_from_values(values: Mapping) -> dict[str, str]:
+    return {k: str(int(v)) if isinstance(v, bool) else str(v) for k, v in values.items() if k in CALL_DEFAULTS}
+
+
+def gpu_names() -> tuple[str, ...]:
+    return tuple(CATALOG)

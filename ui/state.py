@@ -9,8 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from estimator.config import BACKENDS, DTYPE_BITS, KV_DTYPE_BITS, MASKS, MAX_SEQ_LEN, check_positive_int, \
-    normalize_dtype, parse_bool
+from estimator.config import (
+    BACKENDS,
+    DTYPE_BITS,
+    KV_DTYPE_BITS,
+    MASKS,
+    MAX_SEQ_LEN,
+    check_positive_int,
+    normalize_dtype,
+    parse_bool,
+)
 from estimator.hardware import CATALOG, get_gpu
 
 MODEL_SOURCES = ("preset", "custom", "hf-config")

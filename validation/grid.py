@@ -65,8 +65,54 @@ def random_sample(n: int, seed: int = 0, max_elements: int = 2**33) -> list[dict
     return number(rows, f"random{seed}")
 
 
+def cpu_grid() -> list[dict]:
+    """Small shapes a CPU measures in seconds: every backend (efficient and cudnn come out
+    `unsupported` on a CPU), both modes, fp32 and bf16, with causal, masks, GQA and dropout."""
+    shape = dict(batch=1, q_heads=4, head_dim=32, q_len=128)
+    features = (dict(), dict(causal=1), dict(mask="bool"), dict(mask="float"), dict(kv_heads=2), dict(dropout=0.1))
+    rows = [case(b, d, mode=m, **shape, **f) for b in ("math", "eager", "flash", "auto")
+            for d in ("float32", "bfloat16") for m in MODES for f in features]
+    rows += [case(b, "float32", **shape) for b in ("efficient", "cudnn")]
+    rows += [case(b, "float32", batch=1, q_heads=2, head_dim=32, q_len=n)
+             for b in ("math", "eager") for n in (256, 512)]
+    return number(rows, "cpu")
+
+
+def all_kinds_sample(seed: int = 0, n: int = 200) -> list[dict]:
+    """The sweep for a fresh GPU: n sweeps (both modes, bf16 and fp32) + the matrix + a random sample."""
+    rows = n_sweep(mode="forward") + n_sweep(mode="forward_backward", stop=16384)
+    rows += n_sweep(backends=("math", "efficient", "eager", "auto"), dtype="float32", stop=16384)
+    rows += matrix() + random_sample(n, seed=seed)
+    return number([{k: v for k, v in r.items() if k != "id"} for r in rows], "sweep")
+
+
+KINDS = ("nsweep", "matrix", "random", "calibration", "cpu", "sweep")
+
+
+def make_grid(kind: str, *, seed: int = 0, n: int = 200) -> list[dict]:
+    """The named grid; ValueError for an unknown kind or a bad size."""
+    if kind not in KINDS:
+        raise ValueError(f"kind: unknown grid {kind!r}; expected one of {', '.join(KINDS)}")
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"n: expected a positive integer, got {n!r}")
+    if kind == "nsweep":
+        return n_sweep()
+    if kind == "matrix":
+        return matrix()
+    if kind == "random":
+        return random_sample(n, seed=seed)
+    if kind == "cpu":
+        return cpu_grid()
+    if kind == "sweep":
+        return all_kinds_sample(seed=seed, n=n)
+    from validation.calibration import calibration_rows  # the lead's set; imports this module
+    return calibration_rows()
+
+
 def write_csv(rows: list[dict], path) -> None:
     import csv
+    if not rows:
+        raise ValueError("grid: no cases to write")
     with open(path, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()

@@ -1,0 +1,116 @@
+"""`python -m validation run | grid | report`: argument parsing and one-line errors, nothing else.
+
+run    measure a predict-style CSV on the local GPU (or the CPU) beside the estimator's predictions
+grid   write a predict-style case list (nsweep, matrix, random, calibration, cpu, sweep)
+report summarise a run's output: error tables, worst cases, the seeds' doubling check, kernel counts
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+# gpu catalog name from torch.cuda.get_device_name(): first matching substring wins.
+GPU_NAME_PATTERNS = (("h200", "h200"), ("h100 pcie", "h100-pcie"), ("h100", "h100-sxm"), ("a100-sxm4-40", "a100-40gb"),
+                     ("a100-pcie-40", "a100-40gb"), ("a100", "a100-80gb"), ("l40s", "l40s"), ("a10g", "a10g"),
+                     ("l4", "l4"), ("4090", "rtx-4090"), ("3090", "rtx-3090"), ("t4", "t4"), ("v100", "v100"))
+
+
+def gpu_from_device_name(device_name: str) -> str | None:
+    lowered = device_name.lower()
+    for pattern, name in GPU_NAME_PATTERNS:
+        if pattern in lowered:
+            return name
+    return None
+
+
+def _run(args) -> int:
+    import torch
+
+    from validation.runner import RunOptions, read_cases, run_rows, write_meta
+
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    gpu = args.gpu
+    if gpu is None:
+        detected = gpu_from_device_name(torch.cuda.get_device_name()) if device == "cuda" else None
+        if device == "cuda" and detected is None:
+            raise ValueError(f"gpu: cannot map {torch.cuda.get_device_name()!r} to the catalog; pass --gpu NAME")
+        gpu = detected or "h200"
+    from estimator.hardware import get_gpu
+    gpu = get_gpu(gpu).name
+    options = RunOptions(device=device, repeats=args.repeats, timeout_s=args.timeout_s, force=args.force, gpu=gpu,
+                         torch_version=args.torch)
+    inputs, rows = read_cases(args.inp)
+    if not rows:
+        raise ValueError(f"--in {args.inp}: no rows under the header")
+    counts = run_rows(inputs, rows, args.out, options, resume=args.resume)
+    meta = write_meta(args.out, options, ["python", "-m", "validation"] + args.argv, counts, started)
+    summary = ", ".join(f"{k} {v}" for k, v in counts.items() if v)
+    print(f"wrote {args.out} ({summary}) and {meta}", file=sys.stderr)
+    return 0
+
+
+def _grid(args) -> int:
+    from validation import grid
+    rows = grid.make_grid(args.kind, seed=args.seed, n=args.n)
+    grid.write_csv(rows, args.out)
+    print(f"wrote {len(rows)} cases to {args.out}", file=sys.stderr)
+    return 0
+
+
+def _report(args) -> int:
+    from validation.report import build_report, load
+    frame, meta = load(args.csv)
+    text = build_report(frame, meta=meta, title=args.csv, worst=args.worst)
+    if args.md:
+        with open(args.md, "w") as fh:
+            fh.write(text)
+        print(f"wrote {args.md}", file=sys.stderr)
+    else:
+        print(text)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m validation", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="measure a predict-style CSV (contract §5)")
+    r.add_argument("--in", dest="inp", required=True, help="predict-style input CSV")
+    r.add_argument("--out", required=True, help="output CSV, written row by row")
+    r.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when torch sees a GPU, else cpu")
+    r.add_argument("--force", action="store_true", help="run cases predicted not to fit in free memory or time")
+    r.add_argument("--repeats", type=int, default=5, help="timed repeats per case (median); default 5")
+    r.add_argument("--timeout-s", type=float, default=120.0, help="per-case time limit in seconds; 0 = none")
+    r.add_argument("--gpu", help="catalog GPU the predictions are for (default: detected; h200 on a CPU)")
+    r.add_argument("--torch", help="torch version passed to the estimator (default: the estimator's)")
+    r.add_argument("--resume", action="store_true", help="append to OUT, skipping ids already measured there")
+    r.set_defaults(func=_run)
+    g = sub.add_parser("grid", help="write a predict-style case list")
+    g.add_argument("--kind", required=True, choices=("nsweep", "matrix", "random", "calibration", "cpu", "sweep"))
+    g.add_argument("--out", required=True)
+    g.add_argument("--seed", type=int, default=0, help="random: the seed (default 0)")
+    g.add_argument("--n", type=int, default=200, help="random: number of cases (default 200)")
+    g.set_defaults(func=_grid)
+    rep = sub.add_parser("report", help="error tables and checks for a run's output CSV")
+    rep.add_argument("csv", help="output CSV of `python -m validation run`")
+    rep.add_argument("--md", help="write the Markdown report here instead of stdout")
+    rep.add_argument("--worst", type=int, default=15, help="worst cases listed (default 15)")
+    rep.set_defaults(func=_report)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser().parse_args(argv)
+    args.argv = argv
+    try:
+        return args.func(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return 2

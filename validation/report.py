@@ -1,0 +1,364 @@
+"""`python -m validation report OUT.csv`: how far the estimator is from the measurements.
+
+Pure pandas (plus `estimator.predict` when a CSV has no predictions yet, e.g. the lead's calibration
+runs): no torch, so it runs and is tested anywhere. Sections: status counts; the peak error table per
+backend × mode × dtype (share within max(3 %, 2 MiB), median and worst relative error, wrong backend
+predictions, supported mismatches); the worst cases; the seeds' doubling check (seed 000 §2 and §8:
+doubling n should multiply attention time by about 4 on the math path); eager kernel counts against
+the count expected from validation/eager.py (seed 004's "guess, then look").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+
+MIB = 2**20
+TOL_REL, TOL_ABS_BYTES = 0.03, 2 * MIB
+TARGET_SHARE = 0.95
+CALL_FIELDS = ("backend", "dtype", "batch", "q_heads", "kv_heads", "head_dim", "q_len", "kv_len",
+               "causal", "mask", "dropout", "mode")
+PRED_COLS = ("supported", "selected_backend", "peak_extra_bytes", "fits", "flops", "time_ms")
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+
+
+def load(path: str, gpu: str | None = None, torch_version: str | None = None) -> tuple[pd.DataFrame, dict]:
+    """The run's rows with predictions and comparisons filled in, and its provenance (meta.json)."""
+    if not os.path.exists(path):
+        raise ValueError(f"report: no such file {path}")
+    try:
+        frame = pd.read_csv(path, dtype={"id": str, "error": str, "predicted_error": str}, keep_default_na=True)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ValueError(f"report: {path} is not a readable CSV ({str(exc).splitlines()[0]})") from None
+    missing = [c for c in ("status", "measured_peak_extra_bytes", *CALL_FIELDS[2:8]) if c not in frame.columns]
+    if missing:
+        raise ValueError(f"report: {path} lacks columns {', '.join(missing)}; is it a `validation run` output?")
+    meta = {}
+    meta_path = f"{path}.meta.json"
+    if os.path.exists(meta_path):
+        with open(meta_path) as fh:
+            meta = json.load(fh)
+    return prepare(frame, gpu=gpu or meta.get("gpu_catalog_name"), torch_version=torch_version), meta
+
+
+def prepare(frame: pd.DataFrame, gpu: str | None = None, torch_version: str | None = None) -> pd.DataFrame:
+    """Normalise types, add predictions where absent, and (re)compute the comparison columns."""
+    df = frame.copy()
+    for col, default in (("backend", "auto"), ("dtype", "bfloat16"), ("causal", 0), ("mask", "none"),
+                         ("dropout", 0.0), ("mode", "forward"), ("ran_backend", ""), ("device_name", ""),
+                         ("n_kernels", float("nan")), ("measured_time_ms", float("nan")),
+                         ("torch_flops", float("nan")), ("error", "")):
+        if col not in df.columns:
+            df[col] = default
+    df["mask"] = df["mask"].fillna("none")
+    df["ran_backend"] = df["ran_backend"].fillna("")
+    df["error"] = df["error"].fillna("")
+    if "predicted_peak_extra_bytes" not in df.columns:
+        df = add_predictions(df, gpu or gpu_for(df), torch_version or torch_for(df))
+    for col in ("measured_peak_extra_bytes", "predicted_peak_extra_bytes", "measured_time_ms", "predicted_time_ms",
+                "torch_flops", "predicted_flops", "n_kernels"):
+        df[col] = pd.to_numeric(df.get(col), errors="coerce")
+    df["predicted_supported"] = df["predicted_supported"].map(_as_bool)
+    df["predicted_selected_backend"] = df["predicted_selected_backend"].fillna("").astype(str)
+    ok = df["status"].eq("ok")
+    meas, pred = df["measured_peak_extra_bytes"], df["predicted_peak_extra_bytes"]
+    diff = pred - meas
+    compared = ok & meas.gt(0) & pred.notna()
+    df["abs_err_peak_bytes"] = diff.where(compared)
+    df["rel_err_peak"] = (diff / meas).where(compared)
+    tol = (meas * TOL_REL).clip(lower=TOL_ABS_BYTES)
+    df["tol_ratio"] = (diff.abs() / tol).where(compared)  # ≤ 1 means within max(3 %, 2 MiB)
+    df["peak_within_tol"] = df["tol_ratio"].le(1.0).where(compared)
+    t_ok = ok & df["measured_time_ms"].gt(0) & df["predicted_time_ms"].notna()
+    df["rel_err_time"] = ((df["predicted_time_ms"] - df["measured_time_ms"]) / df["measured_time_ms"]).where(t_ok)
+    f_ok = ok & df["torch_flops"].gt(0) & df["predicted_flops"].notna()
+    df["rel_err_flops"] = ((df["predicted_flops"] - df["torch_flops"]) / df["torch_flops"]).where(f_ok)
+    df["wrong_backend"] = (ok & df["predicted_selected_backend"].ne("")
+                           & df["predicted_selected_backend"].ne(df["ran_backend"]))
+    sup = df["predicted_supported"]
+    df["supported_mismatch"] = (ok & sup.eq(False)) | (df["status"].eq("unsupported") & sup.eq(True))
+    return df
+
+
+def _as_bool(value):
+    if value is None or (isinstance(value, float) and value != value):
+        return None
+    return str(value).strip().lower() in ("true", "1", "1.0", "yes")
+
+
+def gpu_for(df: pd.DataFrame) -> str:
+    """Catalog name from the data's device_name (h200 for CPU rows, as `validation run` does)."""
+    from validation.cli import gpu_from_device_name
+    names = df["device_name"].dropna().astype(str)
+    for name in names:
+        found = gpu_from_device_name(name)
+        if found:
+            return found
+    return "h200"
+
+
+def torch_for(df: pd.DataFrame) -> str | None:
+    """'2.11' from '2.11.0+cu130' (the estimator's version key); None when the column is absent."""
+    if "torch_version" not in df.columns or df["torch_version"].dropna().empty:
+        return None
+    return ".".join(str(df["torch_version"].dropna().iloc[0]).split("+")[0].split(".")[:2])
+
+
+def add_predictions(df: pd.DataFrame, gpu: str, torch_version: str | None) -> pd.DataFrame:
+    """predicted_* columns from estimator.predict.predict_frame (pure Python, no torch)."""
+    try:
+        from estimator.predict import predict_frame
+    except ImportError as exc:
+        raise ValueError(f"report: the CSV has no predictions and estimator.predict is unavailable ({exc})") from None
+    inputs = df[[c for c in CALL_FIELDS if c in df.columns]].astype(object)
+    kwargs = {"torch_version": torch_version} if torch_version else {}
+    try:
+        out = predict_frame(inputs, gpu, **kwargs).reset_index(drop=True)
+    except ValueError:
+        if not kwargs:
+            raise
+        out = predict_frame(inputs, gpu).reset_index(drop=True)  # a version the estimator does not model
+    df = df.reset_index(drop=True)
+    for col in PRED_COLS:
+        df[f"predicted_{col}"] = out[col] if col in out.columns else None
+    df["predicted_error"] = out["error"] if "error" in out.columns else ""
+    return df
+
+
+# --------------------------------------------------------------------------------------------
+# Tables
+
+
+def status_table(df: pd.DataFrame) -> pd.DataFrame:
+    table = df.pivot_table(index="backend", columns="status", values="q_len", aggfunc="count", fill_value=0)
+    table["all"] = table.sum(axis=1)
+    return table.reset_index()
+
+
+def error_table(df: pd.DataFrame, by=("backend", "mode", "dtype")) -> pd.DataFrame:
+    """Peak error per group: share within max(3 %, 2 MiB), median |rel err|, worst rel err (signed),
+    time median |rel err|, wrong backend predictions and supported mismatches."""
+    rows = []
+    for key, g in df.groupby(list(by), sort=True):
+        c = g[g["peak_within_tol"].notna()]
+        worst = c.loc[c["rel_err_peak"].abs().idxmax(), "rel_err_peak"] if len(c) else float("nan")
+        rows.append({**dict(zip(by, key if isinstance(key, tuple) else (key,), strict=True)),
+                     "cases": len(g), "ok": int(g["status"].eq("ok").sum()), "compared": len(c),
+                     "within_tol": _pct(c["peak_within_tol"].mean()) if len(c) else "",
+                     "median_abs_rel_err": _pct(c["rel_err_peak"].abs().median()) if len(c) else "",
+                     "worst_rel_err": _pct(worst) if len(c) else "",
+                     "time_median_abs_rel_err": _pct(g["rel_err_time"].abs().median())
+                     if g["rel_err_time"].notna().any() else "",
+                     "wrong_backend": int(g["wrong_backend"].sum()),
+                     "supported_mismatch": int(g["supported_mismatch"].sum())})
+    return pd.DataFrame(rows)
+
+
+def overall(df: pd.DataFrame) -> dict:
+    c = df[df["peak_within_tol"].notna()]
+    share = float(c["peak_within_tol"].mean()) if len(c) else float("nan")
+    return {"compared": len(c), "within": int(c["peak_within_tol"].sum()) if len(c) else 0, "share": share,
+            "passes": bool(len(c)) and share >= TARGET_SHARE}
+
+
+def shape_label(r) -> str:
+    kv = f"/{int(r['kv_heads'])}" if int(r["kv_heads"]) != int(r["q_heads"]) else ""
+    text = f"B{int(r['batch'])} H{int(r['q_heads'])}{kv} L{int(r['q_len'])} S{int(r['kv_len'])} D{int(r['head_dim'])}"
+    if str(r["causal"]) in ("1", "True", "true", "1.0"):
+        text += " causal"
+    if r["mask"] != "none":
+        text += f" mask={r['mask']}"
+    if float(r["dropout"] or 0) > 0:
+        text += f" p={float(r['dropout']):g}"
+    return text
+
+
+def worst_cases(df: pd.DataFrame, n: int = 15) -> pd.DataFrame:
+    c = df[df["tol_ratio"].notna()].sort_values("tol_ratio", ascending=False).head(n)
+    if c.empty:
+        return pd.DataFrame()
+    return pd.DataFrame({
+        "id": c.get("id", pd.Series(c.index, index=c.index)).astype(str), "backend": c["backend"],
+        "ran": c["ran_backend"], "predicted": c["predicted_selected_backend"], "dtype": c["dtype"],
+        "mode": c["mode"], "shape": c.apply(shape_label, axis=1),
+        "measured_MiB": (c["measured_peak_extra_bytes"] / MIB).round(2),
+        "predicted_MiB": (c["predicted_peak_extra_bytes"] / MIB).round(2),
+        "rel_err": c["rel_err_peak"].map(_pct), "x_tol": c["tol_ratio"].round(1)})
+
+
+KEY_FIELDS = ("backend", "dtype", "batch", "q_heads", "kv_heads", "head_dim", "causal", "mask", "dropout", "mode",
+              "device_name")
+
+
+def doubling_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Seed 000's acceptance check: for square prefill shapes (q_len = kv_len) that differ only in n,
+    the time (and peak) ratio at each doubling, measured and predicted. Quadratic paths approach 4×."""
+    ok = df[df["status"].eq("ok") & df["q_len"].eq(df["kv_len"]) & df["measured_time_ms"].gt(0)]
+    rows = []
+    for key, g in ok.groupby(list(KEY_FIELDS), dropna=False, sort=True):
+        g = g.sort_values("q_len").drop_duplicates("q_len")
+        by_n = g.set_index("q_len")
+        pairs = [n for n in by_n.index if 2 * n in by_n.index]
+        if not pairs:
+            continue
+        t = [by_n.at[2 * n, "measured_time_ms"] / by_n.at[n, "measured_time_ms"] for n in pairs]
+        p = [by_n.at[2 * n, "measured_peak_extra_bytes"] / by_n.at[n, "measured_peak_extra_bytes"] for n in pairs
+             if by_n.at[n, "measured_peak_extra_bytes"] > 0]
+        pt = [by_n.at[2 * n, "predicted_time_ms"] / by_n.at[n, "predicted_time_ms"] for n in pairs
+              if by_n.at[n, "predicted_time_ms"] > 0]
+        k = dict(zip(KEY_FIELDS, key, strict=True))
+        ran = g["ran_backend"].iloc[-1]
+        rows.append({"backend": k["backend"] if k["backend"] == ran or not ran else f"{k['backend']}→{ran}",
+                     "dtype": k["dtype"], "mode": k["mode"], "device": k["device_name"],
+                     "n": f"{pairs[0]}→{2 * pairs[-1]}", "time_x_per_doubling": _ratios(t),
+                     "last_time_x": round(t[-1], 2), "predicted_last_time_x": round(pt[-1], 2) if pt else "",
+                     "peak_x_last": round(p[-1], 2) if p else "", "verdict": _verdict(ran or k["backend"], t[-1])})
+    return pd.DataFrame(rows)
+
+
+def _verdict(backend: str, last: float) -> str:
+    if 3.0 <= last <= 5.0:
+        return "≈4× as the seed expects" if backend in ("math", "eager") else "≈4×: FLOPs dominate"
+    if last > 5.0:
+        return f"{last:.1f}×: above 4× (caches spill or noise)"
+    return f"{last:.1f}×: below 4× (launch- or IO-bound at this n)"
+
+
+def _ratios(values) -> str:
+    return ", ".join(f"{v:.2f}" for v in values)
+
+
+def _flag(value) -> bool:
+    return str(value).strip().lower() in ("1", "1.0", "true")
+
+
+def variant_label(r) -> str:
+    """'bf16 causal gqa' etc.: the features that change the eager kernel sequence."""
+    parts = ["fp32" if r["dtype"] == "float32" else "16-bit"]
+    if _flag(r["causal"]):
+        parts.append("causal")
+    if r["mask"] != "none":
+        parts.append(f"{r['mask']}-mask")
+    if int(r["kv_heads"]) != int(r["q_heads"]):
+        parts.append("gqa")
+    if float(r["dropout"] or 0) > 0:
+        parts.append("dropout")
+    return " ".join(parts)
+
+
+def expected_eager_kernels(r) -> tuple[int, int]:
+    """(CUDA kernels, device-to-device memcpys) that validation/eager.py launches for one call, counted
+    the way protocol.ran_backend_and_kernels counts (Memcpy/Memset excluded from n_kernels).
+
+    Guess written before looking (seed 004), op by op, for dense contiguous inputs:
+      forward  q@kᵀ 1 GEMM · ×D^-½ 1 · [.float() 1, 16-bit] · softmax 1 · [.to(dtype) 1, 16-bit] · p@v 1 GEMM
+               GQA +2 (repeat_interleave = expand + clone, one copy kernel each for k and v)
+               causal +3 (ones fill, triu, masked_fill_) and 1 memcpy (the out-of-place clone)
+               bool mask +2 (~mask, masked_fill_) and 1 memcpy; float mask +1 (add); dropout +1 (fused dropout)
+      backward p@v 2 GEMMs · [cast 1] · softmax backward 1 · [cast 1] · ×D^-½ 1 · q@kᵀ 2 GEMMs ·
+               k.grad layout copy 1 (the kᵀ GEMM's grad is transposed; AccumulateGrad clones it)
+               GQA +2 sums −1 (the sum output is contiguous, so no layout copy) · causal or bool mask +1 and
+               1 memcpy (grad.masked_fill) · dropout +1 (masked scale) · float mask 0.
+    Assumes one kernel per GEMM; cuBLAS split-K (long kv_len, decode) adds a reduction kernel."""
+    half = r["dtype"] != "float32"
+    gqa = int(r["kv_heads"]) != int(r["q_heads"])
+    causal, mask, dropout = _flag(r["causal"]), r["mask"], float(r["dropout"] or 0) > 0
+    kernels = 4 + 2 * half + 2 * gqa + 3 * causal + 2 * (mask == "bool") + (mask == "float") + dropout
+    memcpy = causal + (mask == "bool")
+    if r["mode"] == "forward_backward":
+        kernels += 7 + 2 * half + gqa + causal + (mask == "bool") + dropout
+        memcpy += causal + (mask == "bool")
+    return int(kernels), int(memcpy)
+
+
+def kernel_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Kernels launched per variant on CUDA: eager measured vs expected (expected_eager_kernels below),
+    beside the SDPA backends' measured counts for the same variant."""
+    cuda = df[df["status"].eq("ok") & df["n_kernels"].gt(0)].copy()
+    if cuda.empty:
+        return pd.DataFrame()
+    cuda["variant"] = cuda.apply(variant_label, axis=1)
+    cuda["who"] = cuda["ran_backend"].where(cuda["ran_backend"].ne(""), cuda["backend"])
+    rows = []
+    for (mode, variant), g in cuda.groupby(["mode", "variant"], sort=True):
+        row = {"mode": mode, "variant": variant}
+        eager = g[g["who"].eq("eager")]
+        if len(eager):
+            expected = eager.apply(lambda r: expected_eager_kernels(r)[0], axis=1)
+            row["eager_expected"] = _span(expected)
+            row["eager_measured"] = _span(eager["n_kernels"])
+            row["eager_match"] = f"{int((eager['n_kernels'] == expected).sum())}/{len(eager)}"
+        for b in ("math", "flash", "efficient", "cudnn"):
+            sel = g[g["who"].eq(b)]
+            row[b] = _span(sel["n_kernels"]) if len(sel) else ""
+        rows.append(row)
+    cols = ["mode", "variant", "eager_expected", "eager_measured", "eager_match", "math", "flash", "efficient", "cudnn"]
+    return pd.DataFrame(rows).reindex(columns=cols).fillna("")
+
+
+def _span(values) -> str:
+    values = pd.Series(values).dropna().astype(int)
+    lo, hi = int(values.min()), int(values.max())
+    return str(lo) if lo == hi else f"{lo}–{hi}"
+
+
+def _pct(x) -> str:
+    return "" if x is None or x != x else f"{100 * x:+.1f}%" if x < 0 else f"{100 * x:.1f}%"
+
+
+# --------------------------------------------------------------------------------------------
+# Markdown
+
+
+def markdown_table(df: pd.DataFrame) -> str:
+    """A GitHub Markdown table (no `tabulate` dependency)."""
+    if df is None or df.empty:
+        return "_(no rows)_\n"
+    cols = [str(c) for c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for rec in df.itertuples(index=False):
+        lines.append("| " + " | ".join("" if v is None or (isinstance(v, float) and v != v) else str(v)
+                                       for v in rec) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def build_report(df: pd.DataFrame, *, meta: dict | None = None, title: str = "", worst: int = 15) -> str:
+    meta = meta or {}
+    o = overall(df)
+    devices = ", ".join(sorted(df["device_name"].dropna().astype(str).unique())) or "unknown"
+    parts = [f"# Validation report: {title}\n",
+             f"Rows: {len(df)}; device: {devices}; torch: "
+             f"{', '.join(sorted(df['torch_version'].dropna().astype(str).unique())) if 'torch_version' in df else '?'}"
+             + (f"; driver {meta['driver']}" if meta.get("driver") else "")
+             + (f"; command: `{meta['command']}`" if meta.get("command") else "") + "\n"]
+    if o["compared"]:
+        verdict = "meets" if o["passes"] else "does NOT meet"
+        parts.append(f"**Peak within max(3%, 2 MiB): {o['within']}/{o['compared']} = {100 * o['share']:.1f}%** "
+                     f"of measured calls with a prediction ({verdict} the 95% target).\n")
+    else:
+        parts.append("No measured call has a prediction to compare with.\n")
+    if devices == "cpu":
+        parts.append("CPU data: peaks come from profiler memory events; predictions are for the GPU named in the "
+                     "run, so backend choice (auto → CPU flash) and times are not comparable; math and eager peaks "
+                     "follow the GPU formulas (sdpa-internals §7).\n")
+    parts += ["\n## Status counts\n\n", markdown_table(status_table(df)),
+              "\n## Peak error per backend × mode × dtype\n\n",
+              "rel err = (predicted − measured) / measured; wrong backend = predicted selected backend ≠ the one "
+              "the profiler saw; supported mismatch = predicted unsupported but ran, or the reverse.\n\n",
+              markdown_table(error_table(df)),
+              "\n## Per backend\n\n", markdown_table(error_table(df, by=("backend",))),
+              f"\n## Worst {worst} cases (by error over tolerance)\n\n", markdown_table(worst_cases(df, worst)),
+              "\n## Doubling n (seed 000: attention time should grow ≈4× per doubling on the math path)\n\n",
+              markdown_table(doubling_table(df)),
+              "\n## Kernels launched (CUDA; eager expected from the reference computation)\n\n",
+              markdown_table(kernel_table(df))]
+    errors = df[df["status"].eq("error")]
+    if len(errors):
+        parts += ["\n## Errors\n\n", markdown_table(errors.assign(shape=errors.apply(shape_label, axis=1))
+                                                    [["backend", "dtype", "mode", "shape", "error"]].head(20))]
+    return "".join(parts)

@@ -1,0 +1,509 @@
+"""Whole-model capacity plan: the per-GPU memory budget, FLOPs and time of a prefill (inference) or of one
+mixed-precision AdamW step (training), built on the attention estimator (`estimate_call`).
+
+All byte figures are per GPU and exact ints; FLOP figures are for the whole model (all GPUs together).
+Notation in formula comments: b batch per data-parallel replica, n tokens per GPU (seq_len / cp), H hidden,
+F ffn / tp, hq and hk query and kv heads per GPU (/ tp), d head_dim, V vocab / tp, es element bytes.
+Every assumption a figure rests on is listed in `Plan.assumptions`; docs/plan.md explains them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+from .config import BACKENDS, DTYPE_BITS, KV_DTYPE_BITS, MAX_SEQ_LEN, check_positive_int, normalize_dtype
+from .hardware import GPU, get_gpu
+from .models import ModelSpec
+
+MODES = ("inference", "training")
+CHECKPOINTING = ("none", "selective", "full")
+LOGITS = ("last", "all")
+
+CUBLAS_WORKSPACE_BYTES = 32 * 2**20  # per (thread, stream): ../shared/reference/sdpa-internals.md §0.4 [M-GPU]
+# Roofline efficiencies: ASSUMPTIONS, not yet calibrated on this project's measurements.
+# bench/bench_plan_gemm.py measures both on a GPU; replace these with its numbers.
+GEMM_EFFICIENCY = 0.70  # achieved / dense peak for large bf16 GEMMs (cuBLAS on A100/H100 typically 0.6-0.8)
+HBM_EFFICIENCY = 0.80  # achieved / datasheet bandwidth for streaming reads (decode weight + KV reads)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanInputs:
+    """One planning question. Change one input with `dataclasses.replace(inputs, ...)`, then `make_plan`."""
+
+    model: ModelSpec
+    seq_len: int  # tokens per sequence (encoders: patches + class token)
+    batch: int = 1  # sequences in the whole job (split over data-parallel replicas)
+    dtype: str = "bfloat16"  # weights and activations
+    kv_dtype: str | None = None  # KV-cache storage (inference); None = dtype
+    mode: str = "inference"  # inference (prefill keeping the KV cache, then decode) | training (one AdamW step)
+    checkpointing: str = "none"  # training: none | selective (attention core recomputed) | full (per layer)
+    window: int | None = None  # sliding window for every layer; None = the model's own per-layer windows
+    backend: str = "auto"  # SDPA backend, or eager (hand-written attention)
+    gpu: str = "h100-sxm"  # catalog name
+    gpus: int | None = None  # total GPUs; None = tp·cp; the rest is data parallelism
+    tp: int = 1  # tensor parallel: heads, FFN and vocabulary split
+    cp: int = 1  # context parallel: the sequence split (ring attention)
+    torch_version: str = "2.11"
+    logits: str = "last"  # inference: logits for the last position only, or for all positions
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, ModelSpec):
+            raise ValueError("model: expected a ModelSpec (use a preset, the architecture flags or --config)")
+        object.__setattr__(self, "seq_len", check_positive_int("seq_len", self.seq_len, MAX_SEQ_LEN))
+        object.__setattr__(self, "batch", check_positive_int("batch", self.batch, 1 << 20))
+        object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
+        kv = self.dtype if self.kv_dtype is None else self.kv_dtype
+        object.__setattr__(self, "kv_dtype", normalize_dtype(kv, field="kv_dtype", allowed=KV_DTYPE_BITS))
+        for name, allowed in (("mode", MODES), ("checkpointing", CHECKPOINTING), ("backend", BACKENDS),
+                              ("logits", LOGITS)):
+            value = str(getattr(self, name)).strip().lower()
+            if value not in allowed:
+                raise ValueError(f"{name}: unknown value {getattr(self, name)!r}; expected one of {', '.join(allowed)}")
+            object.__setattr__(self, name, value)
+        if self.window is not None:
+            object.__setattr__(self, "window", check_positive_int("window", self.window, MAX_SEQ_LEN))
+        get_gpu(self.gpu)  # ValueError listing the catalog
+        tp = check_positive_int("tp", self.tp, 1024)
+        cp = check_positive_int("cp", self.cp, 1024)
+        gpus = tp * cp if self.gpus is None else check_positive_int("gpus", self.gpus, 1 << 16)
+        object.__setattr__(self, "tp", tp)
+        object.__setattr__(self, "cp", cp)
+        object.__setattr__(self, "gpus", gpus)
+        if gpus % (tp * cp):
+            raise ValueError(f"gpus: {gpus} is not a multiple of tp·cp = {tp * cp}")
+        m = self.model
+        if m.q_heads % tp:
+            raise ValueError(f"tp: {tp} does not divide the {m.q_heads} query heads")
+        if m.kv_heads % tp and tp % m.kv_heads:
+            raise ValueError(f"tp: {tp} neither divides nor is a multiple of the {m.kv_heads} kv heads")
+        if cp > self.seq_len:
+            raise ValueError(f"cp: {cp} GPUs cannot split a sequence of {self.seq_len} tokens")
+
+    # Per-GPU shapes (properties, not stored fields).
+    @property
+    def dp(self) -> int:
+        return self.gpus // (self.tp * self.cp)
+
+    @property
+    def batch_per_gpu(self) -> int:
+        return -(-self.batch // self.dp)
+
+    @property
+    def tokens_per_gpu(self) -> int:
+        return -(-self.seq_len // self.cp)
+
+    @property
+    def q_heads_per_gpu(self) -> int:
+        return self.model.q_heads // self.tp
+
+    @property
+    def kv_heads_per_gpu(self) -> int:
+        """kv heads / tp; when tp exceeds kv_heads each GPU keeps a copy of one kv head (Megatron-style)."""
+        return max(1, self.model.kv_heads // self.tp)
+
+    @property
+    def windows(self) -> tuple[int | None, ...]:
+        return (self.window,) * self.model.layers if self.window is not None else self.model.window_per_layer
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """The answer. `to_dict()` has every key of ../shared/contract.md §3 (bytes per GPU as ints)."""
+
+    inputs: PlanInputs
+    supported: bool
+    verdict: str
+    selected_backend: str
+    params: int
+    params_per_gpu: int
+    weights_bytes: int
+    kv_cache_bytes: int
+    kv_cache_bytes_per_token: int
+    kv_cache_bytes_per_sequence: int
+    attention_scores_bytes: int
+    textbook_scores_bytes: int
+    activation_bytes: int
+    gradient_bytes: int
+    optimizer_bytes: int
+    workspace_bytes: int
+    total_bytes: int
+    capacity_bytes: int
+    fits: bool
+    prefill_flops: int
+    prefill_executed_flops: int
+    training_step_flops: int
+    decode_flops_per_token: int | None
+    prefill_time_ms: float
+    step_time_ms: float
+    decode_time_ms_per_token: float | None
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float | None
+    attention_share: float
+    ffn_share: float
+    embedding_share: float
+    other_share: float
+    flops_shares: dict[str, float] = field(hash=False)
+    components: tuple[tuple[str, int], ...]
+    activation_detail: dict[str, int] = field(hash=False)
+    assumptions: tuple[str, ...]
+    max_seq_len: int | None = None  # filled by make_plan's solvers
+    max_batch: int | None = None
+
+    def to_dict(self) -> dict:
+        out = {k: v for k, v in asdict(self).items() if k not in ("inputs", "components")}
+        out["components"] = [{"component": c, "bytes": b} for c, b in self.components]
+        inp = self.inputs
+        out["inputs"] = {k: getattr(inp, k) for k in ("seq_len", "batch", "dtype", "kv_dtype", "mode",
+                                                       "checkpointing", "window", "backend", "gpu", "gpus",
+                                                       "tp", "cp", "torch_version", "logits")}
+        out["inputs"]["model"] = inp.model.name
+        out["assumptions"] = list(self.assumptions)
+        return out
+
+
+
+def make_plan(inputs: PlanInputs, *, solve: bool = True) -> Plan:
+    """The full plan; with `solve`, also the largest seq_len (at this batch) and batch (at this seq_len) that fit."""
+    plan = budget(inputs)
+    if not solve:
+        return plan
+    from .solve import max_batch, max_seq_len  # solve.py searches over budget()
+
+    return replace(plan, max_seq_len=max_seq_len(inputs), max_batch=max_batch(inputs))
+
+
+# --- parameters and weights --------------------------------------------------------------------------------
+
+def matmul_params_per_layer(m: ModelSpec) -> int:
+    """Weights that take part in a GEMM per token (q, k, v, o, FFN matrices; no biases or norms)."""
+    return m.hidden * (m.q_dim + 2 * m.kv_dim) + m.q_dim * m.hidden + (3 if m.gated_ffn else 2) * m.hidden * m.ffn
+
+
+def params_per_gpu(inputs: PlanInputs) -> int:
+    """Parameters one GPU holds under tensor parallelism (Megatron-LM layout, Shoeybi et al. 2019): q/k/v and
+    FFN-up columns, o and FFN-down rows and the vocabulary split tp ways; kv heads copied when tp > kv_heads;
+    norms, row-parallel biases and encoder patch/position embeddings replicated. Equals model.params at tp=1."""
+    m, tp = inputs.model, inputs.tp
+    hq, hk, F = inputs.q_heads_per_gpu, inputs.kv_heads_per_gpu, ceil_div(m.ffn, tp)
+    attn = m.hidden * (hq + 2 * hk) * m.head_dim + hq * m.head_dim * m.hidden
+    attn += m.qkv_bias * (hq + 2 * hk) * m.head_dim + m.out_bias * m.hidden
+    mats = 3 if m.gated_ffn else 2
+    ffn = mats * m.hidden * F + m.mlp_bias * (F * (mats - 1) + m.hidden)
+    layer = attn + ffn + m.norms_per_layer * m.norm_params
+    if m.kind == "encoder":
+        ends = m.embedding_params + m.head_params
+    else:
+        ends = ceil_div(m.vocab, tp) * m.hidden * (1 if m.tied_embeddings else 2)
+    return ends + m.layers * layer + m.norm_params
+
+
+# --- attention per layer type, from the lead's estimator ---------------------------------------------------
+
+@dataclass(frozen=True)
+class _LayerAttention:
+    window: int | None
+    layers: int  # how many layers have this window
+    span: int  # keys each query sees: min(seq_len, window)
+    memory: object  # CallEstimate of the call one GPU runs (one ring block under cp)
+    timing: object  # CallEstimate of the whole-sequence call of one tensor-parallel shard
+    forward_timing: object | None  # training: the forward-only call (forward time, recompute)
+
+
+def _attention_layers(inputs: PlanInputs) -> list[_LayerAttention]:
+    """One estimate_call per distinct window. Window w: the call is modelled with kv_len = min(seq_len, w) and
+    no causal flag (every query sees a dense band of w keys): an assumption, since SDPA has no native window."""
+    from .attention import estimate_call  # lead's estimator; imported late so inputs validate without it
+    from .config import AttentionCall
+
+    m, gpu = inputs.model, gpu_of(inputs)
+    mode = "forward" if inputs.mode == "inference" else "forward_backward"
+    out = []
+    for window in sorted(set(inputs.windows), key=lambda w: (w is None, w or 0)):
+        span = inputs.seq_len if window is None else min(inputs.seq_len, window)
+        causal = m.kind == "decoder" and span == inputs.seq_len
+
+        def call(q_len, kv_len, causal_flag, call_mode=mode):
+            return estimate_call(AttentionCall(
+                batch=inputs.batch_per_gpu, q_heads=inputs.q_heads_per_gpu, kv_heads=inputs.kv_heads_per_gpu,
+                head_dim=m.head_dim, q_len=q_len, kv_len=kv_len, dtype=inputs.dtype, causal=causal_flag,
+                mode=call_mode, backend=inputs.backend), gpu, inputs.torch_version)
+
+        timing = call(inputs.seq_len, span, causal)
+        if inputs.cp == 1:
+            memory = timing
+        else:  # ring attention: one (n/cp × n/cp) block at a time, off-diagonal blocks dense
+            memory = call(inputs.tokens_per_gpu, min(span, inputs.tokens_per_gpu), False)
+        fwd = call(inputs.seq_len, span, causal, "forward") if inputs.mode == "training" else None
+        out.append(_LayerAttention(window, inputs.windows.count(window), span, memory, timing, fwd))
+    return out
+
+
+# --- the budget ---------------------------------------------------------------------------------------------
+
+def budget(inputs: PlanInputs) -> Plan:
+    """Memory, FLOPs and time of the plan without the solvers. Per-GPU bytes, whole-model FLOPs."""
+    m, gpu = inputs.model, gpu_of(inputs)
+    es = element_bytes(inputs.dtype)
+    b, n, H = inputs.batch_per_gpu, inputs.tokens_per_gpu, m.hidden
+    hq, hk, d, tp = inputs.q_heads_per_gpu, inputs.kv_heads_per_gpu, m.head_dim, inputs.tp
+    F, V = ceil_div(m.ffn, tp), (ceil_div(m.vocab, tp) if m.kind == "decoder" else m.vocab)
+    training = inputs.mode == "training"
+    attn = _attention_layers(inputs)
+    unsupported = [a for a in attn if not a.memory.supported or not a.timing.supported
+                   or (a.forward_timing is not None and not a.forward_timing.supported)]
+    selected = attn[0].memory.selected_backend if not unsupported else "none"
+    verdict = ""
+    if unsupported:
+        est = unsupported[0].timing if not unsupported[0].timing.supported else unsupported[0].memory
+        reasons = est.reasons.get(inputs.backend, ()) if inputs.backend in est.reasons else ()
+        if not reasons:
+            reasons = tuple(r for rs in est.reasons.values() for r in rs)
+        verdict = f"backend {inputs.backend} cannot run this attention call: " + "; ".join(reasons or ("unknown",))
+
+    params_gpu = params_per_gpu(inputs)
+    weights = params_gpu * es
+    q_bytes, kv_new = b * n * hq * d * es, 2 * b * n * hk * d * es
+    resid = b * n * H * es
+    detail: dict[str, int] = {}
+
+    # KV cache (decoder inference): Σ_layers 2·hk·d·min(n_total, w)/cp·b·kv_bits/8, kept in bits until the end.
+    kv_bits = KV_DTYPE_BITS[inputs.kv_dtype]
+    per_token_bits = m.layers * 2 * hk * d * kv_bits if m.kind == "decoder" else 0
+    seq_bits = sum(a.layers * 2 * hk * d * kv_bits * ceil_div(a.span, inputs.cp) for a in attn)
+    kv_per_sequence = ceil_div(seq_bits, 8) if m.kind == "decoder" else 0
+    kv_cache = ceil_div(seq_bits * b, 8) if (m.kind == "decoder" and not training) else 0
+
+    scores_live = textbook = 0
+    materialises = selected in ("math", "eager")
+    if not unsupported:
+        worst_scores = max(a.memory.scores_bytes for a in attn)
+        all_scores = sum(a.memory.scores_bytes * a.layers for a in attn)
+        textbook = all_scores if (training and inputs.checkpointing == "none") else worst_scores
+        scores_live = textbook if materialises else 0
+
+    ffn_live = (3 if m.gated_ffn else 2) * b * n * F * es  # gate, up, act·up (SwiGLU) or fc1, act (GELU)
+    norm_save = m.norms_per_layer * b * n * H * (4 if m.norm == "rmsnorm" else es)  # HF RMSNorm saves fp32 input
+    ffn_save = resid + (4 if m.gated_ffn else 2) * b * n * F * es  # Korthikanti et al. 2022 §4.1, generalised
+    if unsupported:
+        activations = 0
+    elif not training:
+        # Prefill without grad: the worst of (attention phase, FFN phase) over layers, or the logits at the end.
+        cp_buffer = kv_new if inputs.cp > 1 else 0  # ring attention receives the next kv block while computing
+        attn_phase = 0
+        for a in attn:
+            cache_layer = 2 * b * ceil_div(a.span, inputs.cp) * hk * d * kv_bits // 8
+            transient_kv = kv_new if m.kind == "encoder" else max(0, kv_new - cache_layer)
+            attn_phase = max(attn_phase, resid + q_bytes + transient_kv + a.memory.peak_extra_bytes + cp_buffer)
+        ffn_phase = 2 * resid + ffn_live
+        rows = b * (n if inputs.logits == "all" and m.kind == "decoder" else 1)
+        logits_phase = resid + rows * V * (es + 4)  # logits in dtype, then .float() (HF generate)
+        activations = max(attn_phase, ffn_phase, logits_phase)
+        detail.update(attention_phase_bytes=attn_phase, ffn_phase_bytes=ffn_phase, logits_phase_bytes=logits_phase)
+    else:
+        stored = transient = 0
+        out_bytes = q_bytes
+        for a in attn:
+            est = a.memory
+            retained = est.forward_retained_bytes or 0
+            qkv_saved = 0 if selected == "math" else q_bytes + kv_new  # math saves fp32 copies (in retained)
+            none_layer = norm_save + resid + qkv_saved + retained + ffn_save
+            attn_bwd = max(0, (est.peak_extra_bytes or 0) - retained)
+            if inputs.checkpointing == "none":
+                layer, bwd = none_layer, max(attn_bwd, 2 * b * n * F * es)
+            elif inputs.checkpointing == "selective":  # attention core recomputed (Korthikanti §4.2)
+                layer = norm_save + resid + q_bytes + kv_new + out_bytes + ffn_save
+                bwd = max(est.peak_extra_bytes or 0, 2 * b * n * F * es)
+            else:  # full: keep each layer's input, recompute the layer during its backward
+                layer = resid
+                bwd = none_layer + max(attn_bwd, 2 * b * n * F * es)
+            stored += layer * a.layers
+            transient = max(transient, bwd)
+        rows = b * n if m.kind == "decoder" else b
+        logits_phase = resid + rows * V * (es + 4 + 4)  # logits, fp32 copy, fp32 log-softmax saved by the loss
+        activations = stored + max(transient, logits_phase)
+        detail.update(stored_layers_bytes=stored, backward_transient_bytes=transient, logits_phase_bytes=logits_phase)
+
+    if training:
+        grads = params_gpu * es
+        optimizer = params_gpu * (12 if es < 4 else 8)  # fp32 master + m + v (mixed), or m + v (fp32 training)
+        workspace = 2 * CUBLAS_WORKSPACE_BYTES  # forward thread and autograd thread
+        components = (("weights", weights), ("gradients", grads), ("optimizer state", optimizer),
+                      ("activations", activations), ("cuBLAS workspaces", workspace))
+    else:
+        grads = optimizer = 0
+        workspace = CUBLAS_WORKSPACE_BYTES
+        components = (("weights", weights), ("kv cache", kv_cache), ("activations (peak layer)", activations),
+                      ("cuBLAS workspace", workspace))
+    total = sum(c for _, c in components)
+    capacity = gpu.memory_bytes
+    fits = not unsupported and total <= capacity
+    if not unsupported:
+        verdict = (f"fits: {total / 2**30:.2f} GiB of {capacity / 2**30:.2f} GiB per GPU" if fits else
+                   f"does not fit: {total / 2**30:.2f} GiB needed, {capacity / 2**30:.2f} GiB per GPU")
+
+    flops = _flops(inputs, attn, unsupported=bool(unsupported))
+    times = _times(inputs, attn, gpu, params_gpu, weights, kv_cache, flops, unsupported=bool(unsupported))
+    return Plan(
+        inputs=inputs, supported=not unsupported, verdict=verdict, selected_backend=selected, params=m.params,
+        params_per_gpu=params_gpu, weights_bytes=weights, kv_cache_bytes=kv_cache,
+        kv_cache_bytes_per_token=ceil_div(per_token_bits, 8), kv_cache_bytes_per_sequence=kv_per_sequence,
+        attention_scores_bytes=scores_live, textbook_scores_bytes=textbook, activation_bytes=activations,
+        gradient_bytes=grads, optimizer_bytes=optimizer, workspace_bytes=workspace, total_bytes=total,
+        capacity_bytes=capacity, fits=fits, prefill_flops=flops["forward"],
+        prefill_executed_flops=flops["forward_executed"], training_step_flops=flops["step"],
+        decode_flops_per_token=flops["decode"], flops_shares=flops["shares"], components=components,
+        activation_detail=detail, assumptions=_assumptions(inputs), **times)
+
+
+# --- FLOPs and time -----------------------------------------------------------------------------------------
+
+def _flops(inputs: PlanInputs, attn: list[_LayerAttention], *, unsupported: bool) -> dict:
+    """Whole-model FLOPs, PyTorch FlopCounterMode convention (2 per multiply-add; attention 4·B·H·L·S·D per
+    layer, causal not halved). `forward_executed` scales each layer's attention by the estimator's
+    executed/counted ratio (fused kernels skip masked causal tiles). Training step = 3 × forward
+    (Narayanan et al. 2021, eq. 3) + one more forward under full recompute (+ the attention core under selective)."""
+    m, B, N = inputs.model, inputs.batch, inputs.seq_len
+    attn_mat = m.hidden * (m.q_dim + 2 * m.kv_dim) + m.q_dim * m.hidden
+    ffn_mat = (3 if m.gated_ffn else 2) * m.hidden * m.ffn
+    proj = 2 * attn_mat * m.layers * B * N
+    ffn = 2 * ffn_mat * m.layers * B * N
+    core = sum(a.layers * 4 * B * m.q_heads * N * a.span * m.head_dim for a in attn)
+    executed = 0.0
+    for a in attn:
+        counted = a.timing.flops if not unsupported else 0
+        ratio = a.timing.executed_flops / counted if counted else 1.0
+        executed += a.layers * 4 * B * m.q_heads * N * a.span * m.head_dim * ratio
+    if m.kind == "decoder":
+        rows = B * N if (inputs.mode == "training" or inputs.logits == "all") else B
+        embed = 2 * m.hidden * m.vocab * rows  # LM head; the embedding lookup does no FLOPs
+    else:  # patch conv over the patches, classifier head over the class token
+        embed = 2 * m.channels * m.patch_size**2 * m.hidden * B * max(N - 1, 0) + 2 * m.hidden * m.vocab * B
+    forward = proj + ffn + core + embed
+    step = forward
+    if inputs.mode == "training":
+        step = 3 * forward + (forward if inputs.checkpointing == "full" else 0)
+        step += core if inputs.checkpointing == "selective" else 0
+    decode = None
+    if m.kind == "decoder":  # one new token of one sequence, attending over a cache of min(N, window) tokens
+        decode = (2 * (attn_mat + ffn_mat) * m.layers + 2 * m.hidden * m.vocab
+                  + sum(a.layers * 4 * m.q_heads * a.span * m.head_dim for a in attn))
+    shares = {"attention": safe_share(proj + core, forward), "attention_core": safe_share(core, forward),
+              "ffn": safe_share(ffn, forward), "embedding": safe_share(embed, forward)}
+    return {"forward": forward, "forward_executed": proj + ffn + round(executed) + embed, "step": step,
+            "decode": decode, "shares": shares}
+
+
+def _times(inputs: PlanInputs, attn: list[_LayerAttention], gpu: GPU, params_gpu: int, weights: int,
+           kv_cache: int, flops: dict, *, unsupported: bool) -> dict:
+    """Per-GPU wall time (ms), an ESTIMATE: GEMMs and memory-bound passes by roofline,
+    t = max(FLOPs / (peak·GEMM_EFFICIENCY), bytes / (HBM bandwidth·HBM_EFFICIENCY)), attention cores from
+    estimate_call's time_ms (÷ cp: a load-balanced ring splits the work evenly). Decode is bandwidth-bound:
+    weights + KV cache read once per step. Communication (TP all-reduce, CP ring) is not modelled."""
+    m = inputs.model
+    es = element_bytes(inputs.dtype)
+    peak = gpu.peak_flops_per_s[inputs.dtype] * GEMM_EFFICIENCY
+    bw = gpu.hbm_bytes_per_s * HBM_EFFICIENCY
+    b, n, H, tp = inputs.batch_per_gpu, inputs.tokens_per_gpu, m.hidden, inputs.tp
+    hq, hk, d, F = inputs.q_heads_per_gpu, inputs.kv_heads_per_gpu, m.head_dim, ceil_div(m.ffn, tp)
+    V = ceil_div(m.vocab, tp) if m.kind == "decoder" else m.vocab
+    T = b * n  # tokens on this GPU
+
+    def roof_ms(flop_count: float, byte_count: float) -> float:
+        return max(flop_count / peak, byte_count / bw) * 1e3
+
+    attn_mat = H * (hq + 2 * hk) * d + hq * d * H
+    ffn_mat = (3 if m.gated_ffn else 2) * H * F
+    proj_ms = m.layers * roof_ms(2 * attn_mat * T, (attn_mat + T * (2 * H + 2 * (hq + hk) * d)) * es)
+    act_passes = 3 if m.gated_ffn else 2  # act(gate)·up: read 2, write 1; GELU: read 1, write 1
+    ffn_ms = m.layers * (roof_ms(2 * ffn_mat * T, (ffn_mat + T * (2 * H + act_passes * F)) * es)
+                         + act_passes * T * F * es / bw * 1e3)
+    # norms (read + write) and two residual adds (read 2, write 1) per layer, memory-bound
+    other_ms = m.layers * (2 * m.norms_per_layer + 6) * T * H * es / bw * 1e3
+
+    def core_ms(which: str) -> float:
+        if unsupported:
+            return 0.0
+        return sum(a.layers * (getattr(a, which).time_ms or 0.0) for a in attn) / inputs.cp
+
+    if m.kind == "decoder":
+        rows = T if (inputs.mode == "training" or inputs.logits == "all") else b
+        embed_ms = 2 * T * H * es / bw * 1e3 + roof_ms(2 * H * V * rows, H * V * es + rows * V * (es + 4))
+    else:
+        conv = m.channels * m.patch_size**2 * H
+        embed_ms = roof_ms(2 * conv * T, conv * es + T * H * es) + roof_ms(2 * H * V * b, H * V * es)
+    if inputs.mode == "inference":
+        core = core_ms("timing")
+        forward_ms = step_ms = proj_ms + ffn_ms + core + other_ms + embed_ms
+        parts = {"attention": proj_ms + core, "ffn": ffn_ms, "embedding": embed_ms}
+    else:
+        core_fwd, core_fb = core_ms("forward_timing"), core_ms("timing")
+        forward_ms = proj_ms + ffn_ms + core_fwd + other_ms + embed_ms
+        recompute = {"none": 0.0, "selective": core_fwd, "full": proj_ms + ffn_ms + core_fwd + other_ms}
+        adamw_ms = params_gpu * (2 * es + (24 if es < 4 else 16)) / bw * 1e3  # fused AdamW: read and write state
+        step_ms = 3 * (proj_ms + ffn_ms + other_ms + embed_ms) + core_fb + recompute[inputs.checkpointing] + adamw_ms
+        full = inputs.checkpointing == "full"
+        parts = {"attention": (3 + full) * proj_ms + core_fb + (core_fwd if inputs.checkpointing != "none" else 0),
+                 "ffn": (3 + full) * ffn_ms, "embedding": 3 * embed_ms}
+    decode_ms = decode_tps = None
+    if m.kind == "decoder" and inputs.mode == "inference":
+        decode_gpu_flops = b * (2 * (m.layers * (attn_mat + ffn_mat) + H * V)
+                                + sum(a.layers * 4 * hq * ceil_div(a.span, inputs.cp) * d for a in attn))
+        decode_ms = roof_ms(decode_gpu_flops, weights + kv_cache + b * V * (es + 4))
+        decode_tps = inputs.batch / (decode_ms / 1e3)
+    shares = {k: safe_share(v, step_ms) for k, v in parts.items()}
+    return {"prefill_time_ms": forward_ms, "step_time_ms": step_ms, "decode_time_ms_per_token": decode_ms,
+            "prefill_tokens_per_s": inputs.batch * inputs.seq_len / (forward_ms / 1e3) if forward_ms else 0.0,
+            "decode_tokens_per_s": decode_tps, "attention_share": shares["attention"], "ffn_share": shares["ffn"],
+            "embedding_share": shares["embedding"], "other_share": max(0.0, 1.0 - sum(shares.values()))}
+
+
+def _assumptions(inputs: PlanInputs) -> tuple[str, ...]:
+    m = inputs.model
+    out = ["Bytes are per GPU; FLOPs are for the whole model (PyTorch FlopCounterMode convention).",
+           f"Times are roofline estimates: GEMM efficiency {GEMM_EFFICIENCY:.0%} of dense peak and "
+           f"{HBM_EFFICIENCY:.0%} of HBM bandwidth (assumed, not yet calibrated), attention cores from the "
+           "attention estimator; communication is not modelled.",
+           f"A cuBLAS workspace of {CUBLAS_WORKSPACE_BYTES // 2**20} MiB per thread is counted; the CUDA context "
+           "and allocator fragmentation are not (they are outside torch.cuda.memory_allocated)."]
+    if inputs.mode == "inference":
+        out.append("Inference = prefill of seq_len tokens keeping the KV cache (payload only, no quantisation "
+                   f"scales), logits for {'all positions' if inputs.logits == 'all' else 'the last position'} "
+                   "in the model dtype plus an fp32 copy; decode reads all weights and the KV cache once per step.")
+    else:
+        out.append("Training = one mixed-precision AdamW step: 16-bit weights and gradients, fp32 master weights and "
+                   "two fp32 moments (2 + 2 + 12 bytes per parameter; fp32 training: 4 + 4 + 8), fused AdamW "
+                   "(no parameter-sized temporaries), no ZeRO sharding; data-parallel replicas hold full copies.")
+        out.append("Activations per layer follow Korthikanti et al. 2022 (arXiv:2205.05198) §4, generalised to "
+                   "GQA and SwiGLU, with the attention core's saved tensors from the attention estimator; "
+                   "dropout 0; logits for every position held as dtype + fp32 copy + fp32 log-softmax.")
+    if any(w is not None for w in inputs.windows):
+        out.append("Sliding window w: each windowed layer's attention is modelled as a dense q_len × min(seq_len, w) "
+                   "call (a kernel with window support, e.g. flash-attn window_size, or chunked prefill) and its KV "
+                   "cache keeps min(seq_len, w) tokens. SDPA has no window argument: through SDPA a window needs a "
+                   "dense mask, which rules out flash and makes the math path materialise seq_len².")
+    if inputs.tp > 1:
+        out.append("Tensor parallel: heads, FFN columns and vocabulary split (Megatron-LM); kv heads copied when "
+                   "tp exceeds kv_heads; residual stream and norms replicated (no sequence parallelism).")
+    if inputs.cp > 1:
+        out.append("Context parallel: ring attention; each GPU keeps seq_len/cp tokens of activations and KV, runs "
+                   "one (seq_len/cp)² block at a time and holds one incoming kv block.")
+    if m.kind == "encoder":
+        out.append("Encoder: bidirectional attention, no KV cache, seq_len = patches + class token; the parameter "
+                   "count keeps the native-resolution position table.")
+    return tuple(out)
+
+
+def element_bytes(dtype: str) -> int:
+    return DTYPE_BITS[dtype] // 8
+
+
+def gpu_of(inputs: PlanInputs) -> GPU:
+    return get_gpu(inputs.gpu)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def safe_share(part: float, total: float) -> float:
+    return 0.0 if total <= 0 else part / total

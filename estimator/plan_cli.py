@@ -1,0 +1,208 @@
+"""`python -m estimator plan ...`: a whole-model capacity plan as a table, or one JSON object with `--json`
+(../shared/contract.md §3). Bad input is one line on stderr and exit status 2, never a traceback.
+
+The advisor CLI reuses `add_plan_arguments` and `inputs_from_args`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+
+from .config import BACKENDS, KV_DTYPE_BITS
+from .hardware import CATALOG
+from .models import PRESETS, ModelSpec, from_hf_config, get_preset
+from .plan import CHECKPOINTING, LOGITS, MODES, Plan, PlanInputs, make_plan
+
+# PlanInputs / ModelSpec field → the flag that sets it, so that errors name what the user typed.
+FLAG_OF = {"seq_len": "--seq-len", "batch": "--batch", "dtype": "--dtype", "kv_dtype": "--kv-dtype",
+           "mode": "--mode", "checkpointing": "--checkpointing", "window": "--window", "backend": "--backend",
+           "gpu": "--gpu", "gpus": "--gpus", "tp": "--tp", "cp": "--cp", "logits": "--logits",
+           "layers": "--layers", "hidden": "--hidden", "q_heads": "--heads", "kv_heads": "--kv-heads",
+           "head_dim": "--head-dim", "ffn": "--ffn", "vocab": "--vocab", "preset": "--preset", "config": "--config"}
+ARCH_FLAGS = {"layers": "layers", "hidden": "hidden", "heads": "q_heads", "kv_heads": "kv_heads",
+              "head_dim": "head_dim", "ffn": "ffn", "vocab": "vocab"}
+
+
+def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every flag of contract §3 (and a few more) on `parser`."""
+    model = parser.add_argument_group("model (a preset, a config.json, or the architecture flags)")
+    model.add_argument("--preset", help=f"one of: {', '.join(PRESETS)}")
+    model.add_argument("--config", metavar="PATH", help="a local Hugging Face config.json (never fetched)")
+    for flag, help_text in (("--layers", "transformer layers"), ("--hidden", "model width"),
+                            ("--heads", "query heads"), ("--kv-heads", "kv heads (default: --heads)"),
+                            ("--head-dim", "head dimension (default: hidden / heads)"),
+                            ("--ffn", "FFN intermediate size"), ("--vocab", "vocabulary size")):
+        model.add_argument(flag, default=None, help=help_text + "; with --preset/--config it overrides")
+    model.add_argument("--plain-ffn", action="store_true", help="architecture flags: 2-matrix MLP, not SwiGLU")
+    model.add_argument("--tied", action="store_true", help="architecture flags: tied input/output embeddings")
+    model.add_argument("--encoder", action="store_true",
+                       help="architecture flags: bidirectional encoder without KV cache (no vocabulary head)")
+    work = parser.add_argument_group("workload")
+    work.add_argument("--seq-len", default=None, help="tokens per sequence (encoders: patches + 1)")
+    work.add_argument("--batch", default="1", help="sequences in the job (default 1)")
+    work.add_argument("--dtype", default="bfloat16", help="float16, bfloat16 or float32 (default bfloat16)")
+    work.add_argument("--kv-dtype", default=None, help=f"KV cache: {', '.join(KV_DTYPE_BITS)} (default --dtype)")
+    work.add_argument("--mode", default="inference", help=f"{' or '.join(MODES)} (default inference)")
+    work.add_argument("--checkpointing", default="none", help=f"training: {', '.join(CHECKPOINTING)}")
+    work.add_argument("--window", default=None, help="sliding window for every layer (default: the model's own)")
+    work.add_argument("--backend", default="auto", help=f"{', '.join(BACKENDS)} (default auto)")
+    work.add_argument("--logits", default="last", help=f"inference logits: {' or '.join(LOGITS)} positions")
+    hw = parser.add_argument_group("hardware")
+    hw.add_argument("--gpu", default="h100-sxm", help=f"one of: {', '.join(CATALOG)} (default h100-sxm)")
+    hw.add_argument("--gpus", default=None, help="total GPUs (default tp·cp; the rest is data parallel)")
+    hw.add_argument("--tp", default="1", help="tensor-parallel degree")
+    hw.add_argument("--cp", default="1", help="context-parallel degree")
+    hw.add_argument("--torch", dest="torch_version", default="2.11", help="PyTorch version modelled")
+
+
+def _model_from_args(args: argparse.Namespace) -> ModelSpec:
+    arch = {field: getattr(args, flag) for flag, field in ARCH_FLAGS.items() if getattr(args, flag) is not None}
+    if args.preset and args.config:
+        raise ValueError("--preset: give either --preset or --config, not both")
+    if args.preset:
+        base = get_preset(args.preset)
+    elif args.config:
+        base = from_hf_config(args.config)
+    else:
+        required = {"layers": "--layers", "hidden": "--hidden", "q_heads": "--heads", "ffn": "--ffn"}
+        if not args.encoder:
+            required["vocab"] = "--vocab"
+        missing = [flag for field, flag in required.items() if field not in arch]
+        if missing:
+            raise ValueError("--preset: give --preset, --config, or the architecture flags "
+                             f"(missing {', '.join(missing)})")
+        hidden, heads = _int("--hidden", arch["hidden"]), _int("--heads", arch["q_heads"])
+        if "head_dim" not in arch and hidden % heads:
+            raise ValueError(f"--head-dim: --hidden {hidden} is not divisible by --heads {heads}; give --head-dim")
+        arch = {k: _int(FLAG_OF[k], v) for k, v in arch.items()}
+        arch.setdefault("kv_heads", heads)
+        arch.setdefault("head_dim", hidden // heads)
+        arch.setdefault("vocab", 1)
+        return ModelSpec(name="custom", kind="encoder" if args.encoder else "decoder",
+                         gated_ffn=not args.plain_ffn, tied_embeddings=args.tied, source="architecture flags",
+                         **({"image_size": 1, "patch_size": 1, "norm": "layernorm"} if args.encoder else {}), **arch)
+    if not arch:
+        return base
+    arch = {k: _int(FLAG_OF[k], v) for k, v in arch.items()}
+    windows = base.window_per_layer if arch.get("layers", base.layers) == base.layers else None
+    return replace(base, name=base.name + " (modified)", window_per_layer=windows, **arch)
+
+
+def _int(flag: str, value) -> int:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{flag}: expected a positive integer, got {value!r}") from None
+    if number != number or not number.is_integer() or number < 1:
+        raise ValueError(f"{flag}: expected a positive integer, got {value!r}")
+    return int(number)
+
+
+def _flagged(exc: ValueError) -> ValueError:
+    """Rewrite 'field: message' as '--flag: message' so the user sees the flag they typed."""
+    text = str(exc)
+    head, sep, rest = text.partition(":")
+    if sep and head in FLAG_OF:
+        return ValueError(f"{FLAG_OF[head]}:{rest}")
+    return exc
+
+
+def inputs_from_args(args: argparse.Namespace) -> PlanInputs:
+    """PlanInputs from parsed flags; ValueError naming the flag on bad input."""
+    try:
+        model = _model_from_args(args)
+        seq_len = args.seq_len
+        if seq_len is None:
+            if model.kind != "encoder" or not model.patch_size > 1:
+                raise ValueError("--seq-len: required (tokens per sequence)")
+            seq_len = model.native_tokens
+        return PlanInputs(model=model, seq_len=seq_len, batch=args.batch, dtype=args.dtype, kv_dtype=args.kv_dtype,
+                          mode=args.mode, checkpointing=args.checkpointing,
+                          window=None if args.window is None else args.window, backend=args.backend,
+                          gpu=args.gpu, gpus=args.gpus, tp=args.tp, cp=args.cp, torch_version=args.torch_version,
+                          logits=args.logits)
+    except ValueError as exc:
+        raise _flagged(exc) from None
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2 (argparse prints the usage block otherwise)
+        self.exit(2, f"error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m estimator plan", description=__doc__.splitlines()[0])
+    add_plan_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object (contract §3)")
+    parser.add_argument("--trace", metavar="CSV", help="production trace of per-request seq lengths: P50/P90/P99")
+    parser.add_argument("--smallest-gpu", action="store_true", help="also find the smallest catalog GPU(s) that fit")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        inputs = inputs_from_args(args)
+        plan = make_plan(inputs)
+        result = plan.to_dict()
+        if args.smallest_gpu:
+            from .solve import smallest_gpu
+
+            result["gpu_choices"] = [vars(c) for c in smallest_gpu(inputs)]
+        if args.trace:
+            from .trace import load_trace, trace_report
+
+            result["trace"] = trace_report(inputs, load_trace(args.trace))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(format_table(plan, result))
+    return 0
+
+
+def _gib(value) -> str:
+    return "-" if value is None else f"{value / 2**30:,.2f} GiB"
+
+
+def format_table(plan: Plan, result: dict) -> str:
+    """A readable plan: budget components, capacity, FLOPs, time and the solvers."""
+    inp = plan.inputs
+    lines = [f"{inp.model.name}: {inp.mode}, seq_len {inp.seq_len:,}, batch {inp.batch}, {inp.dtype}, "
+             f"backend {inp.backend} -> {plan.selected_backend}, {inp.gpus} x {inp.gpu} (tp {inp.tp}, cp {inp.cp})",
+             f"parameters {plan.params:,} ({plan.params_per_gpu:,} per GPU)", "", "memory per GPU"]
+    for name, size in plan.components:
+        lines.append(f"  {name:<28}{_gib(size):>16}{size:>22,} B")
+    lines.append(f"  {'total':<28}{_gib(plan.total_bytes):>16}{plan.total_bytes:>22,} B")
+    lines.append(f"  {'capacity':<28}{_gib(plan.capacity_bytes):>16}{plan.capacity_bytes:>22,} B")
+    lines.append(f"  -> {plan.verdict}")
+    lines.append(f"  kv cache per token {plan.kv_cache_bytes_per_token:,} B; materialised attention scores "
+                 f"{_gib(plan.attention_scores_bytes)} (textbook n^2 term {_gib(plan.textbook_scores_bytes)})")
+    lines += ["", "compute (estimates; see assumptions)",
+              f"  forward FLOPs {plan.prefill_flops:.3e} (executed {plan.prefill_executed_flops:.3e}); "
+              f"step {plan.training_step_flops:.3e}",
+              f"  prefill {plan.prefill_time_ms:,.2f} ms ({plan.prefill_tokens_per_s:,.0f} tokens/s)"]
+    if inp.mode == "training":
+        lines.append(f"  training step {plan.step_time_ms:,.2f} ms")
+    if plan.decode_time_ms_per_token is not None:
+        lines.append(f"  decode {plan.decode_time_ms_per_token:,.3f} ms per step ({plan.decode_tokens_per_s:,.0f} "
+                     f"tokens/s), {plan.decode_flops_per_token:.3e} FLOPs per token")
+    lines.append(f"  time shares: attention {plan.attention_share:.0%}, FFN {plan.ffn_share:.0%}, "
+                 f"embedding/logits {plan.embedding_share:.0%}, other {plan.other_share:.0%}")
+    lines += ["", f"largest seq_len at batch {inp.batch}: {plan.max_seq_len:,}; "
+              f"largest batch at seq_len {inp.seq_len:,}: {plan.max_batch:,}"]
+    for choice in result.get("gpu_choices", [])[:5]:
+        lines.append(f"  fits on {choice['gpus']} x {choice['gpu']} (tp {choice['tp']}, cp {choice['cp']})")
+    if "gpu_choices" in result and not result["gpu_choices"]:
+        lines.append("  fits on no catalog GPU with up to 64 GPUs")
+    if "trace" in result:
+        from .trace import format_trace
+
+        lines += ["", format_trace(result["trace"])]
+    lines += ["", "assumptions"] + [f"  - {a}" for a in plan.assumptions]
+    return "\n".join(lines)

@@ -1,0 +1,89 @@
+"""Solvers over `budget`: the largest seq_len for a batch, the largest batch for a seq_len, and the smallest
+catalog GPU (and how many of it) that fit a plan.
+
+Each is a binary search that assumes the total bytes grow with seq_len and with batch (true of every term in
+plan.py). About 25 budget() evaluations per search; bench/bench_plan.py times them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .config import MAX_SEQ_LEN
+from .hardware import CATALOG
+from .plan import PlanInputs, budget
+
+MAX_BATCH = 1 << 20
+GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def _fits(inputs: PlanInputs, **changes) -> bool:
+    try:
+        return budget(replace(inputs, **changes)).fits
+    except ValueError:  # e.g. cp larger than the sequence: that size is not a plan
+        return False
+
+
+def _largest(fits, low: int, high: int) -> int:
+    """Largest x in [low, high] with fits(x), given fits is monotone decreasing; low - 1 when none fits."""
+    if not fits(low):
+        return low - 1
+    if fits(high):
+        return high
+    while high - low > 1:  # invariant: fits(low), not fits(high)
+        mid = (low + high) // 2
+        if fits(mid):
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def max_seq_len(inputs: PlanInputs, limit: int = MAX_SEQ_LEN) -> int:
+    """Largest seq_len (multiple-free, ≥ cp) that fits at this batch; 0 when even the shortest does not fit."""
+    found = _largest(lambda n: _fits(inputs, seq_len=n), inputs.cp, limit)
+    return max(found, 0) if found >= inputs.cp else 0
+
+
+def max_batch(inputs: PlanInputs, limit: int = MAX_BATCH) -> int:
+    """Largest global batch that fits at this seq_len; 0 when batch 1 does not fit."""
+    return max(_largest(lambda bt: _fits(inputs, batch=bt), 1, limit), 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuChoice:
+    gpu: str
+    gpus: int
+    tp: int
+    cp: int
+    total_bytes: int
+    capacity_bytes: int
+
+
+def smallest_gpu(inputs: PlanInputs, counts: tuple[int, ...] = GPU_COUNTS) -> list[GpuChoice]:
+    """For each catalog GPU, the fewest GPUs (tensor parallel first, then context parallel) on which the plan
+    fits, sorted by total memory bought (count × memory) then count. An empty list means it fits nowhere."""
+    choices = []
+    for name, gpu in CATALOG.items():
+        for count in counts:
+            done = False
+            for tp in _divisors(count):
+                cp = count // tp
+                try:
+                    trial = replace(inputs, gpu=name, gpus=count * inputs.dp, tp=tp, cp=cp)
+                    plan = budget(trial)
+                except ValueError:
+                    continue
+                if plan.fits:
+                    choices.append(GpuChoice(gpu=name, gpus=count, tp=tp, cp=cp, total_bytes=plan.total_bytes,
+                                             capacity_bytes=gpu.memory_bytes))
+                    done = True
+                    break
+            if done:
+                break
+    return sorted(choices, key=lambda c: (c.gpus * c.capacity_bytes, c.gpus))
+
+
+def _divisors(count: int) -> list[int]:
+    """tp candidates for `count` GPUs, largest first (tensor parallelism before context parallelism)."""
+    return [t for t in range(count, 0, -1) if count % t == 0]

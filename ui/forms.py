@@ -17,14 +17,19 @@ from estimator.hardware import CATALOG
 from ui.state import CALL_MODES, CHECKPOINTING, PLAN_MODES
 
 
-def seed_state(prefix: str, values: Mapping) -> None:
-    """Put the URL's values into session state the first time a page runs in this session."""
-    marker = f"{prefix}__seeded"
-    if st.session_state.get(marker):
-        return
-    for key, value in values.items():
-        st.session_state[f"{prefix}{key}"] = value
-    st.session_state[marker] = True
+def seed_state(prefix: str, url_values: Mapping) -> None:
+    """Give each widget its first value: the values this session last used on the page, else the URL's.
+
+    Streamlit drops a widget's state when another page runs, so pages save their values (`save_values`)
+    in a key no widget owns and come back to them here."""
+    saved = st.session_state.get(f"{prefix}_saved")
+    for key, value in (url_values if saved is None else saved).items():
+        if f"{prefix}{key}" not in st.session_state:
+            st.session_state[f"{prefix}{key}"] = value
+
+
+def save_values(prefix: str, values: Mapping) -> None:
+    st.session_state[f"{prefix}_saved"] = dict(values)
 
 
 def read_values(prefix: str, keys: Iterable[str]) -> dict:

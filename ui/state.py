@@ -136,3 +136,56 @@ def call_query_from_values(values: Mapping) -> dict[str, str]:
 
 def gpu_names() -> tuple[str, ...]:
     return tuple(CATALOG)
+
+
+# --- form values → the estimator's configs (ValueError naming the field on bad input) ---------------------------
+
+
+def spec_from_config_bytes(data: bytes, name: str = "config"):
+    """A ModelSpec from an uploaded Hugging Face config.json (bytes)."""
+    import json
+
+    from estimator.models import from_hf_config
+
+    try:
+        cfg = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError("config: the file is not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"config: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    return from_hf_config(cfg, name=name)
+
+
+def arch_values(spec) -> dict:
+    """The form's architecture fields for a ModelSpec (so an uploaded config can travel in the URL)."""
+    return {"layers": spec.layers, "hidden": spec.hidden, "heads": spec.q_heads, "kv_heads": spec.kv_heads,
+            "head_dim": spec.head_dim, "ffn": spec.ffn, "vocab": spec.vocab, "gated_ffn": spec.gated_ffn,
+            "tied_embeddings": spec.tied_embeddings}
+
+
+def model_from_values(values: Mapping, config_spec=None):
+    """The model the form describes: a preset, the uploaded config, or the custom architecture fields."""
+    from estimator.models import ModelSpec, get_preset
+
+    source = values.get("source", "preset")
+    if source == "preset":
+        return get_preset(values["preset"])
+    if source == "hf-config":
+        if config_spec is None:
+            raise ValueError("config: upload a Hugging Face config.json first")
+        return config_spec
+    return ModelSpec(name="custom", layers=values["layers"], hidden=values["hidden"], q_heads=values["heads"],
+                     kv_heads=values["kv_heads"], head_dim=values["head_dim"], ffn=values["ffn"],
+                     vocab=values["vocab"], gated_ffn=bool(values["gated_ffn"]),
+                     tied_embeddings=bool(values["tied_embeddings"]))
+
+
+def plan_inputs(values: Mapping, config_spec=None):
+    """PlanInputs from form values (window 0 = the model's own windows)."""
+    from estimator.plan import PlanInputs
+
+    return PlanInputs(model=model_from_values(values, config_spec), seq_len=values["seq_len"], batch=values["batch"],
+                      dtype=values["dtype"], kv_dtype=values["kv_dtype"], mode=values["mode"],
+                      checkpointing=values["checkpointing"], window=values["window"] or None,
+                      backend=values["backend"], gpu=values["gpu"], gpus=values["gpus"], tp=values["tp"],
+                      cp=values["cp"])

@@ -93,11 +93,13 @@ def plan_sweep(inputs, ns: Iterable[int], *, backends: Sequence[str] = SWEEP_BAC
         for backend in backends:
             total, fits, error = None, None, ""
             try:
-                plan = make_plan(dataclasses.replace(inputs, seq_len=int(n), backend=backend)).to_dict()
+                plan = make_plan(dataclasses.replace(inputs, seq_len=int(n), backend=backend), solve=False)
             except ValueError as exc:
                 error = str(exc)
             else:
-                if plan.get("selected_backend", backend) not in ("none", None):
-                    total, fits = int(plan["total_bytes"]), bool(plan["fits"])
+                if plan.supported:
+                    total, fits = int(plan.total_bytes), bool(plan.fits)
+                else:
+                    error = plan.verdict
             rows.append({"n": int(n), "backend": backend, "total_bytes": total, "fits": fits, "error": error})
     return pd.DataFrame(rows)

@@ -1,0 +1,18 @@
+"""The capacity planner's web app: `streamlit run app.py`.
+
+Thin pages over the estimator, the advisor and validation (../shared/style.md rule 8). Each page reads
+its widgets, builds a config (a ValueError becomes st.error), calls the estimator and renders.
+"""
+
+import streamlit as st
+
+st.set_page_config(page_title="Attention capacity planner", page_icon=":material/memory:", layout="wide")
+
+PAGES = [
+    st.Page("pages/plan.py", title="Plan a model", icon=":material/calculate:", default=True),
+    st.Page("pages/call.py", title="One attention call", icon=":material/function:"),
+    st.Page("pages/trace.py", title="Production trace", icon=":material/timeline:"),
+    st.Page("pages/validate.py", title="Validate on a GPU", icon=":material/speed:"),
+    st.Page("pages/tree.py", title="Decision tree", icon=":material/account_tree:"),
+]
+st.navigation(PAGES).run()

@@ -1,0 +1,77 @@
+"""One attention call: which backend PyTorch picks and why the others cannot run, its peak, FLOPs and time."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import streamlit as st
+
+from estimator.config import AttentionCall
+from estimator.hardware import get_gpu
+from ui import figures, forms, state, sweeps
+
+PREFIX = "call_"
+TORCH_VERSION = "2.11"
+
+st.title("One attention call")
+st.caption("One `scaled_dot_product_attention` call (or the hand-written eager path): q (batch, q_heads, q_len, "
+           "head_dim), k and v (batch, kv_heads, kv_len, head_dim). Peak extra bytes follow the project's "
+           "measurement protocol: memory above the inputs during a warm call.")
+
+url_values, url_errors = state.call_values_from_query(st.query_params)
+for message in url_errors:
+    st.warning(message)
+forms.seed_state(PREFIX, url_values)
+forms.call_form(PREFIX)
+values = forms.read_values(PREFIX, state.CALL_DEFAULTS)
+
+try:
+    gpu = get_gpu(values["gpu"])
+    call = AttentionCall(**{k: v for k, v in values.items() if k != "gpu"})
+except ValueError as exc:
+    st.error(f"Cannot estimate this call: {exc}")
+    st.stop()
+st.query_params.from_dict(state.call_query_from_values(values))
+forms.save_values(PREFIX, values)
+
+from estimator.attention import estimate_call  # noqa: E402 - after validation, so a bad form costs nothing
+
+try:
+    est = estimate_call(call, gpu, TORCH_VERSION)
+except ValueError as exc:
+    st.error(f"Cannot estimate this call: {exc}")
+    st.stop()
+
+GIB = 2**30
+if not est.supported:
+    st.error(f"The {call.backend} backend cannot run this call on the {gpu.label}: "
+             + "; ".join(est.reasons.get(call.backend, ()) or ("not supported",)))
+else:
+    total = est.input_bytes + est.peak_extra_bytes
+    verdict = st.success if est.fits else st.error
+    verdict(f"{'Fits' if est.fits else 'Does not fit'}: inputs {est.input_bytes / GIB:,.3f} GiB + peak extra "
+            f"{est.peak_extra_bytes / GIB:,.3f} GiB = {total / GIB:,.3f} GiB of {gpu.memory_bytes / GIB:,.1f} GiB "
+            f"on the {gpu.label}.")
+m1, m2, m3, m4 = st.columns(4)
+m1.metric("backend that runs", est.selected_backend)
+m2.metric("peak extra (GiB)", f"{est.peak_extra_bytes / GIB:,.3f}" if est.peak_extra_bytes is not None else "—")
+m3.metric("time (ms)", f"{est.time_ms:,.3f}" if est.supported else "—")
+m4.metric("FLOPs (FlopCounterMode)", f"{est.flops:.3e}")
+lo, hi = est.error_band
+st.caption(f"peak_extra_bytes = {est.peak_extra_bytes if est.peak_extra_bytes is not None else '—'} bytes · "
+           f"score matrix (textbook B·H·L·S·element) = {est.scores_bytes:,} bytes · executed FLOPs "
+           f"{est.executed_flops:.3e} · measured error band {lo:+.1%} / {hi:+.1%}")
+
+st.subheader("Backends")
+table = sweeps.backend_table(call, gpu, torch_version=TORCH_VERSION)
+st.dataframe(table.drop(columns=["peak_extra_bytes"]), hide_index=True, width="stretch",
+             column_config={"peak extra (GiB)": st.column_config.NumberColumn(format="%.3f"),
+                            "time (ms)": st.column_config.NumberColumn(format="%.3f"),
+                            "flops": st.column_config.NumberColumn(format="%.3e")})
+
+st.subheader("Memory against n")
+n_now = call.kv_len
+sweep = sweeps.call_sweep(dataclasses.replace(call), gpu, sweeps.n_grid(n_now), torch_version=TORCH_VERSION)
+st.plotly_chart(figures.memory_vs_n(sweep, capacity_bytes=gpu.memory_bytes, capacity_label=gpu.name,
+                                    title="Inputs + peak extra for one call, per backend", current_n=n_now),
+                key="call_memory_chart")

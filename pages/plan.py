@@ -1,0 +1,175 @@
+"""Plan a model: the form, the per-GPU budget and verdict, the backend PyTorch picks, charts, advice, exports."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pandas as pd
+import streamlit as st
+
+from estimator.hardware import get_gpu
+from estimator.models import PRESETS
+from ui import cached, export, figures, forms, state, sweeps
+
+PREFIX = "plan_"
+GIB = 2**30
+SOURCE_LABELS = {"preset": "Preset", "custom": "Custom architecture", "hf-config": "Hugging Face config.json"}
+
+
+def gib_text(value_bytes: int | None) -> str:
+    return "—" if value_bytes is None else f"{value_bytes / GIB:,.2f} GiB"
+
+
+def ms_text(value_ms: float | None) -> str:
+    return "—" if value_ms is None else (f"{value_ms:,.1f} ms" if value_ms >= 1 else f"{value_ms:,.3f} ms")
+
+
+st.title("Plan a model")
+st.caption("Per-GPU memory for a prefill that keeps its KV cache (inference) or one mixed-precision AdamW step "
+           "(training), the attention backend PyTorch will pick, and what to change. Sizes in GiB (2³⁰ bytes).")
+
+presets = list(PRESETS)
+url_values, url_errors = state.values_from_query(st.query_params, presets=tuple(presets))
+for message in url_errors:
+    st.warning(message)
+forms.seed_state(PREFIX, url_values)
+source = st.radio("Model from", state.MODEL_SOURCES, key=f"{PREFIX}source", horizontal=True,
+                  format_func=SOURCE_LABELS.get)
+submitted, uploaded = forms.plan_form(PREFIX, presets, source)
+values = forms.read_values(PREFIX, state.PLAN_DEFAULTS)
+
+config_spec = None
+try:
+    if source == "hf-config":
+        if uploaded is None:
+            st.info("Upload a Hugging Face `config.json` in the form and press **Plan**.")
+            st.stop()
+        config_spec = state.spec_from_config_bytes(uploaded.getvalue(), name=uploaded.name.removesuffix(".json"))
+        values.update(state.arch_values(config_spec))
+    inputs = state.plan_inputs(values, config_spec)
+    plan = cached.plan(inputs)
+except ValueError as exc:
+    st.error(f"Cannot plan this: {exc}")
+    st.stop()
+st.query_params.from_dict(state.query_from_values(values))
+forms.save_values(PREFIX, {k: v for k, v in values.items() if k in state.PLAN_DEFAULTS})
+st.session_state["plan_inputs"] = inputs  # the trace and validate pages work on this plan
+if config_spec is not None and config_spec.windowed:
+    st.caption("The shared URL carries this config's architecture, not its per-layer sliding windows.")
+
+p = plan.to_dict()
+gpu = get_gpu(inputs.gpu)
+
+# --- verdict -------------------------------------------------------------------------------------------------
+headroom = p["capacity_bytes"] - p["total_bytes"]
+where = gpu.label + (f" (× {inputs.gpus}: tp {inputs.tp}, cp {inputs.cp}, dp {inputs.dp})" if inputs.gpus > 1 else "")
+if not plan.supported:
+    st.error(f"Cannot run: {plan.verdict}")
+elif plan.fits:
+    st.success(f"Fits: {gib_text(p['total_bytes'])} of {gib_text(p['capacity_bytes'])} per GPU on the {where}; "
+               f"headroom {gib_text(headroom)}.")
+else:
+    st.error(f"Does not fit: {gib_text(p['total_bytes'])} needed per GPU, {gib_text(p['capacity_bytes'])} on the "
+             f"{where}; short by {gib_text(-headroom)}.")
+c1, c2, c3, c4, c5 = st.columns(5)
+c1.metric("total per GPU", gib_text(p["total_bytes"]))
+c2.metric("headroom", gib_text(headroom))
+c3.metric("attention backend", p["selected_backend"])
+c4.metric("largest n that fits", "—" if p["max_seq_len"] is None else f"{p['max_seq_len']:,}",
+          help=f"at batch {inputs.batch}")
+c5.metric("largest batch that fits", "—" if p["max_batch"] is None else f"{p['max_batch']:,}",
+          help=f"at n = {inputs.seq_len:,}")
+
+# --- budget --------------------------------------------------------------------------------------------------
+st.subheader("Budget per GPU")
+left, right = st.columns([3, 2])
+with left:
+    table = sweeps.budget_table(plan.components, p["total_bytes"])
+    st.dataframe(table, hide_index=True, width="stretch", key="budget_table",
+                 column_config={"bytes": st.column_config.NumberColumn(format="%d"),
+                                "GiB": st.column_config.NumberColumn(format="%.3f"),
+                                "share": st.column_config.NumberColumn(format="percent")})
+    st.caption(f"Textbook score matrix of one layer (b·h·L·S·element): {gib_text(p['textbook_scores_bytes'])}; "
+               f"what the chosen backend materialises: {gib_text(p['attention_scores_bytes'])}. KV cache per token: "
+               f"{p['kv_cache_bytes_per_token']:,} bytes.")
+with right:
+    st.plotly_chart(figures.budget_breakdown(plan.components, capacity_bytes=p["capacity_bytes"],
+                                             capacity_label=gpu.name), key="budget_chart")
+
+# --- backend -------------------------------------------------------------------------------------------------
+st.subheader("Attention backend")
+from estimator.advice import attention_call  # noqa: E402 - the layer's call, as the advisor prices it
+
+call = attention_call(inputs)
+backends = sweeps.backend_table(call, gpu, torch_version=inputs.torch_version)
+picked = p["selected_backend"]
+st.markdown(f"Per layer, each GPU makes the call **q ({call.batch}, {call.q_heads}, {call.q_len}, {call.head_dim}), "
+            f"k/v ({call.batch}, {call.kv_heads}, {call.kv_len}, {call.head_dim})**, {call.dtype}, "
+            f"{'causal, ' if call.causal else ''}{call.mode}. "
+            + ("It runs the hand-written **eager** path." if inputs.backend == "eager"
+               else f"PyTorch {inputs.torch_version} will run **{picked}**."))
+st.dataframe(backends.drop(columns=["peak_extra_bytes"]), hide_index=True, width="stretch", key="backend_table",
+             column_config={"peak extra (GiB)": st.column_config.NumberColumn(format="%.3f"),
+                            "time (ms)": st.column_config.NumberColumn(format="%.3f"),
+                            "flops": st.column_config.NumberColumn(format="%.3e")})
+
+# --- FLOPs and time ------------------------------------------------------------------------------------------
+st.subheader("FLOPs and time")
+t1, t2, t3, t4 = st.columns(4)
+t1.metric("prefill FLOPs", f"{p['prefill_flops']:.3e}")
+t2.metric("prefill time", ms_text(p["prefill_time_ms"]))
+if inputs.mode == "training":
+    t3.metric("training step FLOPs", f"{p['training_step_flops']:.3e}")
+    t4.metric("training step time", ms_text(p["step_time_ms"]))
+else:
+    t3.metric("decode FLOPs per token", "—" if p["decode_flops_per_token"] is None
+              else f"{p['decode_flops_per_token']:.3e}")
+    t4.metric("decode time per token", ms_text(p["decode_time_ms_per_token"]))
+
+# --- charts --------------------------------------------------------------------------------------------------
+st.subheader("Charts")
+ns = tuple(sweeps.n_grid(inputs.seq_len))
+sweep = cached.plan_sweep(inputs, ns)
+tab1, tab2 = st.tabs(["Memory against n", "Attention / FFN / embedding"])
+with tab1:
+    st.plotly_chart(figures.memory_vs_n(sweep, capacity_bytes=p["capacity_bytes"], capacity_label=gpu.name,
+                                        title="Total per GPU against n, each backend forced",
+                                        current_n=inputs.seq_len), key="memory_chart")
+with tab2:
+    st.plotly_chart(figures.shares({"attention": p["attention_share"], "FFN": p["ffn_share"],
+                                    "embedding": p["embedding_share"]},
+                                   title="Share of the prefill's FLOPs"), key="shares_chart")
+
+# --- advice --------------------------------------------------------------------------------------------------
+st.subheader("Advice")
+try:
+    advice = cached.advice(inputs)
+except ValueError as exc:
+    advice = ()
+    st.error(f"The advisor could not run: {exc}")
+for item in advice:
+    with st.expander(f"**{item.title}** · `{item.id}`", expanded=False):
+        st.markdown(f"**Why.** {item.why}")
+        st.markdown(f"**Expected effect.** {item.expected_effect}")
+        if item.bytes_before is not None and item.bytes_after is not None:
+            st.caption(f"{item.bytes_metric}: {gib_text(item.bytes_before)} → {gib_text(item.bytes_after)}")
+with st.expander("The decision tree the advice follows"):
+    from estimator.decision_tree import render_tree
+
+    st.code(render_tree(), language=None)
+
+# --- export --------------------------------------------------------------------------------------------------
+st.subheader("Export")
+stem = f"plan-{inputs.model.name}-n{inputs.seq_len}-b{inputs.batch}-{inputs.gpu}"
+e1, e2, e3 = st.columns(3)
+# Generated when clicked (deferred), so a re-run of the form does not pay for the spreadsheet.
+e1.download_button("Budget spreadsheet (.xlsx)", data=partial(export.plan_xlsx, inputs, p, sweep, advice),
+                   file_name=f"{stem}.xlsx", key="download_xlsx", on_click="ignore",
+                   mime="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")
+e2.download_button("Plan as CSV", data=partial(export.plan_csv, inputs, p), file_name=f"{stem}.csv",
+                   mime="text/csv", key="download_csv", on_click="ignore")
+e3.download_button("Plan as JSON", data=partial(export.plan_json, inputs, p, advice), file_name=f"{stem}.json",
+                   mime="application/json", key="download_json", on_click="ignore")
+with st.expander("Assumptions behind these numbers"):
+    st.markdown("\n".join(f"- {a}" for a in p["assumptions"]) or "none listed")
+    st.dataframe(pd.DataFrame([p["inputs"]]), hide_index=True)

@@ -1,0 +1,57 @@
+"""Production trace: a CSV of sequence lengths → the plan's budget and decode latency at P50 / P90 / P99."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from estimator.hardware import get_gpu
+from ui import figures, state, traces
+
+GIB = 2**30
+
+st.title("Production trace")
+st.caption("Size the budget and the decode SLA from the production distribution of n, not a lab-fixed n "
+           "(seed 000). The model, workload and hardware are the ones on the planning page.")
+
+try:
+    inputs = st.session_state.get("plan_inputs") or state.plan_inputs(state.PLAN_DEFAULTS)
+except ValueError as exc:
+    st.error(f"The plan is not valid: {exc}")
+    st.stop()
+st.markdown(f"Plan: **{inputs.model.name}**, batch {inputs.batch}, {inputs.dtype}, KV {inputs.kv_dtype}, "
+            f"{inputs.mode}, backend {inputs.backend}, {inputs.gpus} × {get_gpu(inputs.gpu).label}.")
+
+uploaded = st.file_uploader("CSV of sequence lengths (a column named seq_len, n, tokens, prompt_tokens, ... "
+                            "or a single column)", type=["csv", "txt"], key="trace_file")
+if uploaded is None:
+    st.info("Upload a trace to see its percentiles.")
+    st.stop()
+try:
+    lengths = traces.read_lengths(uploaded.getvalue())
+    table = traces.percentile_plans(inputs, lengths.values)
+except ValueError as exc:
+    st.error(f"Cannot use this trace: {exc}")
+    st.stop()
+st.success(f"{len(lengths.values):,} requests from column `{lengths.column}`"
+           + (f"; {lengths.skipped_rows:,} rows skipped (not a whole number of tokens)"
+              if lengths.skipped_rows else ""))
+shown = table.assign(**{"total (GiB)": table["total_bytes"] / GIB, "KV cache (GiB)": table["kv_cache_bytes"] / GIB})
+st.dataframe(shown[["percentile", "n", "total (GiB)", "KV cache (GiB)", "fits", "prefill_time_ms",
+                    "decode_time_ms_per_token"]], hide_index=True, width="stretch", key="trace_table",
+             column_config={"total (GiB)": st.column_config.NumberColumn(format="%.3f"),
+                            "KV cache (GiB)": st.column_config.NumberColumn(format="%.3f"),
+                            "prefill_time_ms": st.column_config.NumberColumn("prefill (ms)", format="%.2f"),
+                            "decode_time_ms_per_token": st.column_config.NumberColumn("decode per token (ms)",
+                                                                                      format="%.3f")})
+worst = table.iloc[-1]
+decode = worst["decode_time_ms_per_token"]
+(st.success if worst["fits"] else st.error)(
+    f"P99 (n = {worst['n']:,}): {worst['total_bytes'] / GIB:,.2f} GiB per GPU, "
+    f"{'fits' if worst['fits'] else 'does not fit'}"
+    + (f"; decode {decode:,.3f} ms per token." if decode is not None and decode == decode else "."))
+c1, c2 = st.columns(2)
+c1.plotly_chart(figures.percentile_bars(table, value="total_bytes", title="Total per GPU", unit="GiB"),
+                key="trace_bytes_chart")
+if table["decode_time_ms_per_token"].notna().any():
+    c2.plotly_chart(figures.percentile_bars(table, value="decode_time_ms_per_token", title="Decode latency per token",
+                                            unit="ms"), key="trace_decode_chart")

@@ -1,0 +1,10 @@
+"""The long-context decision tree the advisor walks (estimator/decision_tree.py), as text."""
+
+import streamlit as st
+
+from estimator.decision_tree import render_tree
+
+st.title("Decision tree")
+st.caption("Profile first, then choose the kernel, the architecture or the parallelism; never skip a step "
+           "(seed 000). Advice ids in brackets are what the advisor reports at each step, in this order.")
+st.code(render_tree(), language=None)

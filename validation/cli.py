@@ -32,6 +32,8 @@ def _run(args) -> int:
 
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device: cuda requested but torch sees no GPU (this machine runs on cpu)")
     gpu = args.gpu
     if gpu is None:
         detected = gpu_from_device_name(torch.cuda.get_device_name()) if device == "cuda" else None

@@ -223,6 +223,8 @@ def from_hf_config(path_or_dict, name: str | None = None) -> ModelSpec:
     Raises ValueError naming the problem for a missing or malformed file."""
     if isinstance(path_or_dict, dict):
         cfg, label = path_or_dict, name or "config"
+    elif not isinstance(path_or_dict, (str, Path)):
+        raise ValueError(f"config: expected a path or a JSON object, got {type(path_or_dict).__name__}")
     else:
         path = Path(path_or_dict)
         try:

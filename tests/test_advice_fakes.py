@@ -1,0 +1,106 @@
+"""Small fakes of `make_plan` and `estimate_call` for the advisor's rule tests: PyTorch 2.11 eligibility
+(../shared/reference/sdpa-internals.md) with deliberately simple byte and time formulas, so that each rule can be
+driven into and out of its trigger. The scenario tests use the real estimator."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+from estimator.config import DTYPE_BITS, KV_DTYPE_BITS
+from estimator.hardware import get_gpu
+
+
+def reasons_for(call, gpu) -> dict[str, tuple[str, ...]]:
+    es_ok = call.dtype in ("float16", "bfloat16")
+    flash, eff, cudnn = [], [], []
+    if not es_ok:
+        flash.append("dtype float32")
+        cudnn.append("dtype float32")
+    if call.mask != "none":
+        flash.append("attn_mask")
+    if call.head_dim > 256:
+        flash.append("head_dim > 256")
+    if gpu.sm < 80:
+        flash.append("sm < 80")
+        cudnn.append("sm < 80")
+    if call.causal and call.q_len != call.kv_len:
+        flash.append("causal q_len != kv_len")
+    if call.head_dim % (8 if es_ok else 4):
+        eff.append("head_dim % 8")
+    if call.head_dim % 8 or call.head_dim > 128:
+        cudnn.append("head_dim")
+    if call.kv_heads != call.q_heads:
+        eff.append("GQA")
+    return {"cudnn": tuple(cudnn), "flash": tuple(flash), "efficient": tuple(eff), "math": ()}
+
+
+def fake_estimate(call, gpu, torch_version="2.11"):
+    reasons = reasons_for(call, gpu)
+    order = ("cudnn", "flash", "efficient", "math") if gpu.sm >= 90 else ("flash", "efficient", "math", "cudnn")
+    if call.backend == "eager":
+        selected = "eager"
+    elif call.backend == "auto":
+        selected = next(b for b in order if not reasons[b])
+    else:
+        selected = call.backend if not reasons[call.backend] else "none"
+    es = call.element_bits // 8
+    scores = call.batch * call.q_heads * call.q_len * call.kv_len * es
+    q_bytes = call.batch * call.q_heads * call.q_len * call.head_dim * es
+    p4 = scores * 4 // es
+    factor = 2 if call.training else 1
+    peak = {"math": 9 * p4 // 4 * factor, "eager": 3 * scores * factor}.get(selected, q_bytes * 4 * factor)
+    flops = 4 * call.batch * call.q_heads * call.q_len * call.kv_len * call.head_dim * (3 if call.training else 1)
+    rate = gpu.peak_flops_per_s["float32" if selected == "math" else call.dtype]
+    return SimpleNamespace(supported=selected != "none", selected_backend=selected, reasons=reasons,
+                           peak_extra_bytes=None if selected == "none" else peak, scores_bytes=scores,
+                           time_ms=flops / rate * 1e3 * {"cudnn": 0.8, "flash": 1}.get(selected, 2), flops=flops)
+
+
+def fake_make_plan(inputs, solve=True):
+    """Weights, KV cache, activations and the attention peak of one layer, on the fake estimator."""
+    from estimator.advice import attention_call
+
+    gpu, m = get_gpu(inputs.gpu), inputs.model
+    es = DTYPE_BITS[inputs.dtype] // 8
+    params = m.params
+    weights = params * es // inputs.tp
+    training = inputs.mode == "training"
+    grads, optim = (params * es // inputs.tp, params * 12 // inputs.tp) if training else (0, 0)
+    n, b = inputs.tokens_per_gpu, inputs.batch_per_gpu
+    kv_len = min(n, inputs.window or n)
+    kv_tok = 2 * m.layers * inputs.kv_heads_per_gpu * m.head_dim * KV_DTYPE_BITS[inputs.kv_dtype] // 8
+    kv = 0 if training or m.kind != "decoder" else kv_tok * kv_len * b
+    keep = {"none": 16, "selective": 10, "full": 1}[inputs.checkpointing]
+    act = keep * n * b * m.hidden * es * m.layers if training else 0
+    est = fake_estimate(attention_call(inputs), gpu)
+    attn = est.peak_extra_bytes or 0
+    total = weights + grads + optim + kv + act + attn
+    ffn_flops = 2 * 3 * m.hidden * m.ffn * n * b
+    attn_time = est.time_ms * m.layers
+    other_ms = ffn_flops * m.layers / gpu.peak_flops_per_s[inputs.dtype] * 1e3
+    prefill = attn_time + other_ms
+    step = prefill * (3 + (inputs.checkpointing != "none"))
+    decode = (weights + kv) / gpu.hbm_bytes_per_s * 1e3 if m.kind == "decoder" else None
+    d = dict(supported=est.supported, params=params, weights_bytes=weights, kv_cache_bytes=kv,
+             kv_cache_bytes_per_token=kv_tok,
+             kv_cache_bytes_per_sequence=kv_tok * kv_len, attention_scores_bytes=est.scores_bytes,
+             activation_bytes=act, gradient_bytes=grads, optimizer_bytes=optim, total_bytes=total,
+             capacity_bytes=gpu.memory_bytes, fits=total <= gpu.memory_bytes, max_seq_len=None, max_batch=None,
+             prefill_flops=0, decode_flops_per_token=0, prefill_time_ms=prefill, step_time_ms=step,
+             decode_time_ms_per_token=decode, attention_share=attn_time / prefill,
+             ffn_share=other_ms / prefill, embedding_share=0.0, selected_backend=est.selected_backend,
+             activation_detail={"ffn": act // 2, "attention": act // 2} if act else {})
+    return SimpleNamespace(to_dict=lambda: dict(d), inputs=inputs)
+
+
+def fake_inputs(**kw):
+    """A PlanInputs (the real dataclass) with defaults for the fakes."""
+    from estimator.models import get_preset
+    from estimator.plan import PlanInputs
+
+    model = kw.pop("model", "llama-2-7b")
+    if isinstance(model, str):
+        model = get_preset(model)
+    model = dataclasses.replace(model, **kw.pop("model_changes", {}))
+    return PlanInputs(model=model, **{"seq_len": 4096, "gpu": "h100-sxm", **kw})

@@ -1,0 +1,78 @@
+"""`python -m estimator advise ...`: what to do about a plan, most important first, each with the numbers that
+triggered it and its effect re-estimated (../shared/contract.md §4). Takes the flags of `plan`; `--json` prints
+`{"advice": [{"id", "title", "why", "expected_effect", ...}, ...]}`; `--tree` prints the decision tree.
+Bad input is one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .config import MASKS, check_positive_int
+from .plan_cli import add_plan_arguments, inputs_from_args
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2
+        self.exit(2, f"error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m estimator advise", description=__doc__.splitlines()[0])
+    add_plan_arguments(parser)
+    call = parser.add_argument_group("attention call details the plan does not price (kernel advice only)")
+    call.add_argument("--mask", default="none", help=f"a dense (batch, 1, q_len, kv_len) mask: {', '.join(MASKS)}")
+    call.add_argument("--cached-len", default="0",
+                      help="tokens already in the KV cache (chunked prefill: q_len = seq_len - cached)")
+    parser.add_argument("--json", action="store_true", help='print {"advice": [...]} (contract §4)')
+    parser.add_argument("--tree", action="store_true", help="print the decision tree and exit")
+    return parser
+
+
+def _call_options(args: argparse.Namespace) -> dict:
+    mask = str(args.mask).strip().lower()
+    if mask not in MASKS:
+        raise ValueError(f"--mask: unknown value {args.mask!r}; expected one of {', '.join(MASKS)}")
+    cached = 0 if str(args.cached_len).strip() in ("", "0") else check_positive_int("--cached-len", args.cached_len,
+                                                                                     1 << 24)
+    return {"mask": mask, "cached_len": cached}
+
+
+def format_advice(items) -> str:
+    """Numbered advice: title, why, expected effect."""
+    lines = []
+    for i, advice in enumerate(items, 1):
+        lines += [f"{i}. [{advice.id}] {advice.title}", f"   why:    {advice.why}",
+                  f"   effect: {advice.expected_effect}", ""]
+    return "\n".join(lines).rstrip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.tree:
+        from .decision_tree import render_tree
+
+        print(render_tree())
+        return 0
+    try:
+        from .advice import advise
+
+        inputs = inputs_from_args(args)
+        items = advise(inputs, **_call_options(args))
+    except ValueError as exc:
+        text = str(exc)
+        if text.startswith("cached_len:"):
+            text = "--cached-len:" + text.removeprefix("cached_len:")
+        print(f"error: {text}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"advice": [a.to_dict() for a in items]}, indent=2))
+    else:
+        print(format_advice(items))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

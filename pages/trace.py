@@ -5,7 +5,8 @@ from __future__ import annotations
 import streamlit as st
 
 from estimator.hardware import get_gpu
-from ui import figures, state, traces
+from estimator.trace import parse_trace, trace_report
+from ui import figures, state, sweeps
 
 GIB = 2**30
 
@@ -21,20 +22,25 @@ except ValueError as exc:
 st.markdown(f"Plan: **{inputs.model.name}**, batch {inputs.batch}, {inputs.dtype}, KV {inputs.kv_dtype}, "
             f"{inputs.mode}, backend {inputs.backend}, {inputs.gpus} × {get_gpu(inputs.gpu).label}.")
 
-uploaded = st.file_uploader("CSV of sequence lengths (a column named seq_len, n, tokens, prompt_tokens, ... "
-                            "or a single column)", type=["csv", "txt"], key="trace_file")
+uploaded = st.file_uploader("CSV of sequence lengths (a column named seq_len, n or tokens, or a single column)",
+                            type=["csv", "txt"], key="trace_file")
 if uploaded is None:
     st.info("Upload a trace to see its percentiles.")
     st.stop()
 try:
-    lengths = traces.read_lengths(uploaded.getvalue())
-    table = traces.percentile_plans(inputs, lengths.values)
+    text = uploaded.getvalue().decode("utf-8-sig")
+    report = trace_report(inputs, parse_trace(text, source=f"trace {uploaded.name}"))
+except UnicodeDecodeError:
+    st.error("Cannot use this trace: the file is not UTF-8 text")
+    st.stop()
 except ValueError as exc:
     st.error(f"Cannot use this trace: {exc}")
     st.stop()
-st.success(f"{len(lengths.values):,} requests from column `{lengths.column}`"
-           + (f"; {lengths.skipped_rows:,} rows skipped (not a whole number of tokens)"
-              if lengths.skipped_rows else ""))
+table = sweeps.trace_table(report)
+st.success(f"{report['requests']:,} requests, n from {report['min_seq_len']:,} to {report['max_seq_len_seen']:,}; "
+           f"{report['share_that_fit']:.1%} fit (n ≤ {report['max_seq_len_that_fits']:,} at batch {inputs.batch})"
+           + (f"; {report['skipped_rows']:,} malformed rows skipped, e.g. {report['skipped_examples'][0]}"
+              if report["skipped_rows"] else ""))
 shown = table.assign(**{"total (GiB)": table["total_bytes"] / GIB, "KV cache (GiB)": table["kv_cache_bytes"] / GIB})
 st.dataframe(shown[["percentile", "n", "total (GiB)", "KV cache (GiB)", "fits", "prefill_time_ms",
                     "decode_time_ms_per_token"]], hide_index=True, width="stretch", key="trace_table",

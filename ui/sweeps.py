@@ -103,3 +103,15 @@ def plan_sweep(inputs, ns: Iterable[int], *, backends: Sequence[str] = SWEEP_BAC
                     error = plan.verdict
             rows.append({"n": int(n), "backend": backend, "total_bytes": total, "fits": fits, "error": error})
     return pd.DataFrame(rows)
+
+
+def trace_table(report: dict) -> pd.DataFrame:
+    """`estimator.trace.trace_report`'s percentiles as rows: percentile, n, bytes, fit, prefill and decode times."""
+    rows = []
+    for name, point in report["percentiles"].items():
+        rows.append({"percentile": name.upper(), "n": int(point["seq_len"]), "total_bytes": int(point["total_bytes"]),
+                     "kv_cache_bytes": int(point["kv_cache_bytes"]), "fits": bool(point["fits"]),
+                     "prefill_time_ms": float(point["prefill_time_ms"]),
+                     "decode_time_ms_per_token": None if point["decode_time_ms_per_token"] is None
+                     else float(point["decode_time_ms_per_token"])})
+    return pd.DataFrame(rows)

@@ -1,0 +1,117 @@
+"""App speed: cold start to first render, and the re-run after a form submit (issue 6 targets: first render
+< 3 s, re-run < 300 ms on a 2-core machine). Prints one JSON object; run on the machine you care about:
+
+    taskset -c 0,1 python bench/bench_app.py            # AppTest (script runs, no browser)
+    taskset -c 0,1 python bench/bench_app.py --browser  # also `streamlit run` + headless Chromium
+
+`cold_script_s`: a fresh interpreter imports Streamlit and runs app.py once (AppTest): the server-side part of
+the first render. `browser_first_render_s`: from spawning `streamlit run` to the budget's total being visible
+in Chromium (includes the server start, the websocket and the browser's own rendering).
+`rerun_ms`: after a form submit with a new n, the script's re-run (AppTest), median and max over several ns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COLD = """
+import time, sys
+t0 = time.perf_counter()
+sys.path.insert(0, {root!r})
+from streamlit.testing.v1 import AppTest
+at = AppTest.from_file({app!r}, default_timeout=120).run()
+assert not at.exception, at.exception
+print(time.perf_counter() - t0)
+"""
+
+
+def cold_script_s() -> tuple[float, float]:
+    """A fresh interpreter: import streamlit + run app.py once (includes interpreter start-up)."""
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", COLD.format(root=str(ROOT), app=str(ROOT / "app.py"))],
+                         capture_output=True, text=True, check=True)
+    inside = float(out.stdout.strip().splitlines()[-1])
+    return round(time.perf_counter() - t0, 3), round(inside, 3)
+
+
+def rerun_ms(ns=(4096, 16384, 32768, 65536, 131072, 10000, 20000, 50000)) -> dict:
+    sys.path.insert(0, str(ROOT))
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    samples = []
+    for n in ns:
+        at.number_input(key="plan_seq_len").set_value(n)
+        button = next(b for b in at.button if b.label == "Plan")
+        button.click()
+        t0 = time.perf_counter()
+        at.run()
+        samples.append((time.perf_counter() - t0) * 1e3)
+        assert not at.exception, at.exception
+    # Resubmitting an n already seen: the estimator's answers are memoised (ui/cached.py).
+    at.number_input(key="plan_seq_len").set_value(ns[0])
+    next(b for b in at.button if b.label == "Plan").click()
+    t0 = time.perf_counter()
+    at.run()
+    repeat = (time.perf_counter() - t0) * 1e3
+    return {"new_n_median_ms": round(statistics.median(samples), 1), "new_n_max_ms": round(max(samples), 1),
+            "repeat_n_ms": round(repeat, 1), "samples_ms": [round(s, 1) for s in samples]}
+
+
+def browser_first_render_s() -> float | None:
+    sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+    from conftest import CHROMIUM_ARGS, _free_port, chromium_path
+    from playwright.sync_api import expect, sync_playwright
+
+    path = chromium_path()
+    if path is None:
+        return None
+    port = _free_port()
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1600, "height": 1200})
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port",
+                                 str(port), "--server.address", "127.0.0.1"], cwd=ROOT,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            while True:
+                try:
+                    page.goto(f"http://127.0.0.1:{port}", timeout=1000)
+                    break
+                except Exception:  # noqa: BLE001 - the server is not listening yet
+                    if time.perf_counter() - t0 > 60:
+                        raise
+            value = page.get_by_test_id("stMetric").filter(has_text="total per GPU").get_by_test_id("stMetricValue")
+            expect(value).to_contain_text("GiB", timeout=60_000)
+            elapsed = time.perf_counter() - t0
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+            browser.close()
+    return round(elapsed, 3)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--browser", action="store_true", help="also time streamlit run + Chromium")
+    args = parser.parse_args()
+    wall, inside = cold_script_s()
+    result = {"cpus": len(os.sched_getaffinity(0)), "python": sys.version.split()[0],
+              "cold_script_s_with_interpreter": wall, "cold_script_s_after_interpreter": inside, **rerun_ms()}
+    if args.browser:
+        result["browser_first_render_s"] = browser_first_render_s()
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

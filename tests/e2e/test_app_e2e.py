@@ -1,0 +1,81 @@
+"""The app in a real headless Chromium against `streamlit run`: load, change n, see the budget change, share the
+URL, download the spreadsheet and check it with openpyxl against the estimator."""
+
+from __future__ import annotations
+
+import io
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+playwright = pytest.importorskip("playwright.sync_api", reason="playwright (python) is not installed")
+expect = playwright.expect
+
+N_LABEL = "sequence length n (tokens)"
+
+
+def metric(page, label: str):
+    return page.get_by_test_id("stMetric").filter(has_text=label).get_by_test_id("stMetricValue")
+
+
+def estimator_plan(seq_len: int) -> dict:
+    from estimator.models import get_preset
+    from estimator.plan import PlanInputs, make_plan
+
+    inputs = PlanInputs(model=get_preset("llama-3-8b"), seq_len=seq_len, batch=1, dtype="bfloat16",
+                        kv_dtype="bfloat16", mode="inference", backend="auto", gpu="h200", gpus=1)
+    return make_plan(inputs).to_dict()
+
+
+def gib_text(value: int) -> str:
+    return f"{value / 2**30:,.2f} GiB"
+
+
+def test_change_n_updates_budget_and_url(page, app_url):
+    page.goto(app_url)
+    total = metric(page, "total per GPU")
+    expect(total).to_have_text(gib_text(estimator_plan(8192)["total_bytes"]))
+    page.get_by_label(N_LABEL).fill("32768")
+    page.get_by_role("button", name="Plan").click()
+    expect(total).to_have_text(gib_text(estimator_plan(32768)["total_bytes"]))
+    expect(page).to_have_url(re.compile(r"seq_len=32768"))
+    # The shared URL reproduces the plan in a fresh page.
+    other = page.context.new_page()
+    other.goto(page.url)
+    expect(metric(other, "total per GPU")).to_have_text(gib_text(estimator_plan(32768)["total_bytes"]))
+    other.close()
+
+
+def test_spreadsheet_download_has_live_formulas_and_estimator_values(page, app_url):
+    import openpyxl
+
+    page.goto(f"{app_url}/?seq_len=16384")
+    expect(metric(page, "total per GPU")).to_have_text(gib_text(estimator_plan(16384)["total_bytes"]))
+    with page.expect_download() as info:
+        page.get_by_role("button", name="Budget spreadsheet (.xlsx)").click()
+    data = Path(info.value.path()).read_bytes()
+    plan = estimator_plan(16384)
+    formulas = openpyxl.load_workbook(io.BytesIO(data))
+    values = openpyxl.load_workbook(io.BytesIO(data), data_only=True)
+    assert formulas.sheetnames == ["Inputs", "Budget", "Sweep", "Advice"]
+    budget_f, budget_v = formulas["Budget"], values["Budget"]
+    rows = {budget_v.cell(r, 1).value: r for r in range(1, budget_v.max_row + 1)}
+    assert budget_v.cell(rows["total"], 2).value == plan["total_bytes"]
+    assert str(budget_f.cell(rows["total"], 2).value).startswith("=SUM(")
+    kv_row = rows["kv cache"]
+    assert budget_v.cell(kv_row, 2).value == plan["kv_cache_bytes"]
+    assert "seq_len" in str(formulas["Budget"].cell(kv_row, 2).value) or "tokens_per_gpu" in str(
+        formulas["Budget"].cell(kv_row, 2).value)
+    inputs_v = values["Inputs"]
+    n_row = next(r for r in range(1, inputs_v.max_row + 1) if inputs_v.cell(r, 4).value == "seq_len")
+    assert inputs_v.cell(n_row, 2).value == 16384
+
+
+def test_bad_input_shows_error_not_traceback(page, app_url):
+    page.goto(f"{app_url}/?source=custom&heads=32&kv_heads=5")
+    expect(page.get_by_test_id("stAlert").filter(has_text="kv_heads")).to_be_visible()
+    expect(page.get_by_test_id("stException")).to_have_count(0)

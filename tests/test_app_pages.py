@@ -1,0 +1,216 @@
+"""Every page under Streamlit's AppTest: no exception, inputs change the numbers, bad input → st.error, the GPU
+runner mocked on the validate page."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from estimator.models import get_preset  # noqa: E402
+from estimator.plan import PlanInputs, make_plan  # noqa: E402
+
+TIMEOUT = 60  # seconds per script run: the first run imports pandas and plotly
+
+
+def app(page: str | None = None, query: dict | None = None) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    if query:
+        at.query_params.update(query)
+    at.run()
+    if page:
+        at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def metric(at: AppTest, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def submit(at: AppTest, label: str) -> AppTest:
+    next(b for b in at.button if b.label == label).click()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def gib_text(value: int) -> str:
+    return f"{value / 2**30:,.2f} GiB"
+
+
+def plan_for(**changes) -> dict:
+    fields = dict(model=get_preset("llama-3-8b"), seq_len=8192, batch=1, dtype="bfloat16", kv_dtype="bfloat16",
+                  mode="inference", backend="auto", gpu="h200", gpus=1)
+    fields.update(changes)
+    return make_plan(PlanInputs(**fields)).to_dict()
+
+
+# --- plan page --------------------------------------------------------------------------------------------------
+
+def test_plan_defaults_match_the_estimator():
+    at = app()
+    assert metric(at, "total per GPU") == gib_text(plan_for()["total_bytes"])
+    assert metric(at, "attention backend") == plan_for()["selected_backend"]
+    assert not at.error
+    assert at.query_params["seq_len"] == ["8192"] or at.query_params["seq_len"] == "8192"
+
+
+def test_plan_changing_n_and_batch_changes_the_numbers():
+    at = app()
+    before = metric(at, "total per GPU")
+    at.number_input(key="plan_seq_len").set_value(65536)
+    at.number_input(key="plan_batch").set_value(4)
+    submit(at, "Plan")
+    after = metric(at, "total per GPU")
+    assert after != before
+    assert after == gib_text(plan_for(seq_len=65536, batch=4)["total_bytes"])
+
+
+def test_plan_from_url_and_bad_url_parameter_warns():
+    at = app(query={"seq_len": "32768", "gpu": "a100-80gb", "batch": "zero"})
+    assert metric(at, "total per GPU") == gib_text(plan_for(seq_len=32768, gpu="a100-80gb")["total_bytes"])
+    assert any("batch" in w.value for w in at.warning)
+
+
+def test_plan_bad_custom_architecture_shows_error_not_exception():
+    at = app()
+    at.radio(key="plan_source").set_value("custom").run()
+    at.number_input(key="plan_kv_heads").set_value(5)
+    submit(at, "Plan")
+    assert any("kv_heads" in e.value for e in at.error)
+    assert not at.metric  # nothing rendered past the error
+
+
+def test_plan_training_eager_and_tp_errors_are_one_line():
+    at = app()
+    at.selectbox(key="plan_mode").set_value("training")
+    at.selectbox(key="plan_backend").set_value("eager")
+    submit(at, "Plan")
+    assert metric(at, "total per GPU") == gib_text(plan_for(mode="training", backend="eager")["total_bytes"])
+    at.number_input(key="plan_tp").set_value(3)
+    submit(at, "Plan")
+    assert any("tp" in e.value for e in at.error)
+
+
+def test_plan_hf_config_upload():
+    cfg = {"model_type": "llama", "num_hidden_layers": 16, "hidden_size": 2048, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 128256, "tie_word_embeddings": True}
+    at = app()
+    at.radio(key="plan_source").set_value("hf-config").run()
+    assert any("Upload" in i.value for i in at.info)
+    at.file_uploader(key="plan_config_file").upload("config.json", json.dumps(cfg).encode(), "application/json")
+    submit(at, "Plan")
+    from estimator.models import from_hf_config
+    expected = plan_for(model=from_hf_config(cfg, name="config"))["total_bytes"]
+    assert metric(at, "total per GPU") == gib_text(expected)
+    assert at.query_params["layers"] in ("16", ["16"])
+    at.file_uploader(key="plan_config_file").upload("config.json", b"{not json", "application/json")
+    submit(at, "Plan")
+    assert any("config" in e.value for e in at.error)
+
+
+def test_plan_advice_and_exports_render():
+    at = app(query={"seq_len": "131072", "batch": "8"})
+    labels = [b.label for b in at.get("download_button")]
+    assert {"Budget spreadsheet (.xlsx)", "Plan as CSV", "Plan as JSON"} <= set(labels)
+    assert at.expander  # advice items and the tree
+
+
+# --- one attention call --------------------------------------------------------------------------------------------
+
+def test_call_page_changes_and_errors():
+    at = app("pages/call.py")
+    before = metric(at, "peak extra (GiB)")
+    at.number_input(key="call_q_len").set_value(32768)
+    at.number_input(key="call_kv_len").set_value(32768)
+    at.selectbox(key="call_backend").set_value("math")
+    submit(at, "Estimate")
+    assert metric(at, "peak extra (GiB)") != before
+    at.number_input(key="call_kv_heads").set_value(5)
+    submit(at, "Estimate")
+    assert any("kv_heads" in e.value for e in at.error)
+
+
+# --- production trace --------------------------------------------------------------------------------------------
+
+def test_trace_page_percentiles_and_bad_file():
+    at = app("pages/trace.py")
+    assert any("Upload" in i.value for i in at.info)
+    lengths = "\n".join(str(n) for n in [1000] * 90 + [20000] * 9 + [100000])
+    at.file_uploader(key="trace_file").upload("trace.csv", f"prompt_tokens\n{lengths}\n".encode(), "text/csv")
+    at.run()
+    assert not at.exception
+    table = at.dataframe(key="trace_table").value
+    assert list(table["percentile"]) == ["P50", "P90", "P99"] and list(table["n"]) == [1000, 1000, 20000]
+    at.file_uploader(key="trace_file").upload("bad.csv", b"a,b\n1,2\n", "text/csv")
+    at.run()
+    assert any("no column named" in e.value for e in at.error)
+
+
+# --- validate ----------------------------------------------------------------------------------------------------
+
+def test_validate_without_gpu_shows_command_and_reads_upload(monkeypatch):
+    import ui.gpu
+    monkeypatch.setattr(ui.gpu, "cuda_status", lambda: None)
+    at = app("pages/validate.py")
+    assert any("No CUDA GPU" in w.value for w in at.warning)
+    assert any("python -m validation run" in c.value for c in at.code)
+    rows = pd.DataFrame([{"id": "x", "backend": "flash", "dtype": "bfloat16", "batch": 1, "q_heads": 8,
+                          "kv_heads": 8, "head_dim": 128, "q_len": 4096, "kv_len": 4096, "causal": 1,
+                          "mask": "none", "dropout": 0.0, "mode": "forward", "status": "ok",
+                          "measured_peak_extra_bytes": 8 << 20, "ran_backend": "flash", "n_kernels": 1}])
+    at.file_uploader(key="validate_upload").upload("measured.csv", rows.to_csv(index=False).encode(), "text/csv")
+    at.run()
+    assert not at.exception
+    table = at.dataframe(key="validate_result_table").value
+    assert table["ran_backend"][0] == "flash" and pd.notna(table["relative_error"][0])
+    at.file_uploader(key="validate_upload").upload("other.csv", b"a,b\n1,2\n", "text/csv")
+    at.run()
+    assert any("Not a validation CSV" in e.value for e in at.error)
+
+
+def test_validate_with_mocked_gpu_runs_guarded_job(monkeypatch):
+    import ui.gpu
+    calls = []
+
+    def fake_measure(call):
+        calls.append(call)
+        return {"status": "ok", "measured_peak_extra_bytes": 123 << 20, "measured_time_ms": 1.5,
+                "ran_backend": "flash", "n_kernels": 1, "torch_flops": None, "error": ""}
+
+    monkeypatch.setattr(ui.gpu, "cuda_status",
+                        lambda: {"name": "NVIDIA H200", "free_bytes": 140 << 30, "total_bytes": 141 << 30})
+    monkeypatch.setattr(ui.gpu, "measure", fake_measure)
+    at = app("pages/validate.py")
+    assert any("CUDA GPU: NVIDIA H200" in s.value for s in at.success)
+    next(b for b in at.button if b.label == "Run validation").click()
+    at.run()
+    assert not at.exception
+    assert len(calls) == 2  # inference plan: the prefill call and one decode step
+    table = at.dataframe(key="validate_result_table").value
+    assert list(table["ran_backend"]) == ["flash", "flash"]
+
+
+def test_validate_guard_blocks_calls_that_do_not_fit(monkeypatch):
+    import ui.gpu
+    monkeypatch.setattr(ui.gpu, "cuda_status", lambda: {"name": "tiny", "free_bytes": 1 << 30, "total_bytes": 2 << 30})
+    monkeypatch.setattr(ui.gpu, "measure", lambda call: pytest.fail("a blocked call was measured"))
+    at = app("pages/validate.py")
+    guard = at.dataframe(key="validate_guard").value
+    assert not guard["allowed"].any() and guard["blocked_because"].str.contains("guard allows").any()
+
+
+# --- decision tree -----------------------------------------------------------------------------------------------
+
+def test_tree_page_renders_the_tree():
+    at = app("pages/tree.py")
+    assert any("profile-first" in c.value for c in at.code)

@@ -206,3 +206,7 @@ def format_table(plan: Plan, result: dict) -> str:
         lines += ["", format_trace(result["trace"])]
     lines += ["", "assumptions"] + [f"  - {a}" for a in plan.assumptions]
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,252 @@
+"""Whole-model plan: golden figures (hand-derived from the architecture, with their source), the O(n²) term,
+windows, parallelism, training state and solvers."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from estimator.hardware import get_gpu
+from estimator.models import get_preset
+from estimator.plan import (
+    CUBLAS_WORKSPACE_BYTES,
+    HBM_EFFICIENCY,
+    PlanInputs,
+    make_plan,
+    matmul_params_per_layer,
+    params_per_gpu,
+)
+from estimator.plan import budget as plan_budget
+from estimator.solve import max_batch, max_seq_len, smallest_gpu
+
+
+def inputs(preset="llama-3-8b", **kw) -> PlanInputs:
+    kw.setdefault("seq_len", 4096)
+    kw.setdefault("gpu", "h200")
+    return PlanInputs(model=get_preset(preset), **kw)
+
+
+def budget(preset="llama-3-8b", **kw):
+    return plan_budget(inputs(preset, **kw))
+
+
+# --- KV cache (golden) -----------------------------------------------------------------------------------------
+
+def test_kv_cache_per_token_golden():
+    # 2 (k, v) · 32 layers · 8 kv heads · 128 · 2 bytes = 131,072 (Llama-3-8B, bf16)
+    assert budget("llama-3-8b").kv_cache_bytes_per_token == 131_072
+    # 2 · 80 · 8 · 128 · 2 = 327,680 (Llama-2-70B, GQA 8)
+    assert budget("llama-2-70b", gpu="h200").kv_cache_bytes_per_token == 327_680
+    # Llama-2-7B has no GQA: 2 · 32 · 32 · 128 · 2 = 524,288
+    assert budget("llama-2-7b").kv_cache_bytes_per_token == 524_288
+
+
+@pytest.mark.parametrize("kv_dtype, per_token", [("float8", 65_536), ("int8", 65_536), ("int4", 32_768),
+                                                 ("float32", 262_144)])
+def test_kv_cache_quantised_is_bit_exact(kv_dtype, per_token):
+    plan = budget("llama-3-8b", kv_dtype=kv_dtype, seq_len=1001, batch=3)
+    assert plan.kv_cache_bytes_per_token == per_token
+    assert plan.kv_cache_bytes == per_token * 1001 * 3
+
+
+def test_kv_cache_total_and_tensor_parallel():
+    plan = budget("llama-3-8b", seq_len=8192, batch=4)
+    assert plan.kv_cache_bytes == 131_072 * 8192 * 4 == plan.kv_cache_bytes_per_sequence * 4
+    tp2 = budget("llama-3-8b", seq_len=8192, batch=4, tp=2)
+    assert tp2.kv_cache_bytes * 2 == plan.kv_cache_bytes
+    # tp 16 > 8 kv heads: each GPU keeps a copy of one kv head, so per GPU = 1/8, not 1/16
+    tp16 = budget("llama-2-70b", seq_len=8192, tp=16)
+    assert tp16.kv_cache_bytes == 327_680 * 8192 // 8
+
+
+def test_sliding_window_kv_per_layer():
+    # Gemma-2-9B: 21 global layers keep 8192 tokens, 21 windowed layers keep 4096; 2·8·256·2 B per layer·token
+    plan = budget("gemma-2-9b", seq_len=8192)
+    per_layer_token = 2 * 8 * 256 * 2
+    assert plan.kv_cache_bytes == per_layer_token * (21 * 8192 + 21 * 4096)
+    assert plan.kv_cache_bytes_per_token == per_layer_token * 42
+    # below the window, the window changes nothing
+    short = budget("gemma-2-9b", seq_len=2048)
+    assert short.kv_cache_bytes == per_layer_token * 42 * 2048
+    # --window on a global model caps every layer
+    windowed = budget("llama-3-8b", seq_len=32768, window=4096)
+    assert windowed.kv_cache_bytes == 131_072 * 4096
+
+
+def test_context_parallel_splits_the_sequence():
+    one = budget("llama-3-8b", seq_len=65536)
+    cp4 = budget("llama-3-8b", seq_len=65536, cp=4)
+    assert cp4.kv_cache_bytes * 4 == one.kv_cache_bytes
+    assert cp4.weights_bytes == one.weights_bytes  # cp does not shard weights
+    assert cp4.activation_bytes < one.activation_bytes
+
+
+# --- weights and training state -------------------------------------------------------------------------------
+
+def test_weights_bytes_and_tensor_parallel_sharding():
+    m = get_preset("llama-2-7b")
+    assert budget("llama-2-7b").weights_bytes == m.params * 2
+    assert budget("llama-2-7b", dtype="float32").weights_bytes == m.params * 4
+    replicated = 32 * 2 * 4096 + 4096  # RMSNorm weights stay whole on every GPU
+    assert params_per_gpu(inputs("llama-2-7b", tp=2)) == (m.params - replicated) // 2 + replicated
+    assert params_per_gpu(inputs("llama-2-7b")) == m.params
+
+
+def test_training_state_mixed_precision_adamw():
+    m = get_preset("llama-2-7b")
+    plan = budget("llama-2-7b", mode="training", seq_len=2048)
+    assert plan.weights_bytes == 2 * m.params
+    assert plan.gradient_bytes == 2 * m.params
+    assert plan.optimizer_bytes == 12 * m.params  # fp32 master + two fp32 moments
+    assert plan.kv_cache_bytes == 0
+    assert plan.workspace_bytes == 2 * CUBLAS_WORKSPACE_BYTES
+    fp32 = budget("llama-2-7b", mode="training", seq_len=2048, dtype="float32")
+    assert fp32.weights_bytes + fp32.gradient_bytes + fp32.optimizer_bytes == 16 * m.params
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+def test_total_is_the_sum_of_components(mode):
+    plan = budget("mistral-7b", mode=mode, seq_len=8192, batch=2)
+    assert plan.total_bytes == sum(size for _, size in plan.components)
+    assert all(isinstance(size, int) for _, size in plan.components)
+    assert plan.capacity_bytes == get_gpu("h200").memory_bytes
+    assert plan.fits == (plan.total_bytes <= plan.capacity_bytes)
+
+
+def test_checkpointing_orders_activations():
+    sizes = {c: budget("llama-2-7b", mode="training", seq_len=4096, checkpointing=c).activation_bytes
+             for c in ("none", "selective", "full")}
+    assert sizes["full"] < sizes["selective"] <= sizes["none"]
+
+
+def test_full_checkpointing_keeps_one_input_per_layer():
+    plan = budget("llama-2-7b", mode="training", seq_len=4096, checkpointing="full")
+    assert plan.activation_detail["stored_layers_bytes"] == 32 * 4096 * 4096 * 2
+
+
+# --- the O(n^2) term ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", ["math", "eager"])
+def test_scores_appear_exactly_on_the_materialising_paths(backend):
+    plan = budget("llama-2-7b", seq_len=4096, backend=backend)
+    assert plan.selected_backend == backend
+    assert plan.attention_scores_bytes == plan.textbook_scores_bytes > 0
+    assert plan.textbook_scores_bytes >= 32 * 4096 * 4096 * 2  # b·h·L·S·(2-byte element)
+
+
+def test_fused_backends_have_no_score_matrix():
+    plan = budget("llama-2-7b", seq_len=4096, backend="auto")
+    assert plan.selected_backend not in ("math", "eager")
+    assert plan.attention_scores_bytes == 0 and plan.textbook_scores_bytes > 0
+
+
+def test_math_scores_grow_quadratically_and_dominate():
+    small = budget("llama-2-7b", seq_len=4096, backend="math")
+    large = budget("llama-2-7b", seq_len=8192, backend="math")
+    assert large.attention_scores_bytes == 4 * small.attention_scores_bytes
+    fused = budget("llama-2-7b", seq_len=8192, backend="auto")
+    assert large.activation_bytes > 4 * fused.activation_bytes
+
+
+def test_window_caps_the_score_matrix():
+    full = budget("llama-2-7b", seq_len=16384, backend="math")
+    windowed = budget("llama-2-7b", seq_len=16384, backend="math", window=4096)
+    assert windowed.attention_scores_bytes * 4 == full.attention_scores_bytes
+
+
+# --- FLOPs (golden) --------------------------------------------------------------------------------------------
+
+def test_prefill_flops_golden_llama_2_7b():
+    # 2·(matmul params)·tokens + Σ_layers 4·b·h·L·S·d (PyTorch convention, causal not halved) + LM head on the
+    # last position: 2·hidden·vocab·b. Matmul params per layer: 4·4096² + 3·4096·11008 = 202,375,168.
+    n = 4096
+    assert matmul_params_per_layer(get_preset("llama-2-7b")) == 202_375_168
+    expected = 2 * 202_375_168 * 32 * n + 32 * 4 * 32 * n * n * 128 + 2 * 4096 * 32000
+    plan = budget("llama-2-7b", seq_len=n)
+    assert plan.prefill_flops == expected == 61_847_791_206_400
+    # textbook 2·N·tokens (N without embeddings) is within 15 % at this length; attention is the rest
+    assert abs(plan.prefill_flops - 2 * 6_476_005_376 * n) / plan.prefill_flops < 0.15
+    assert plan.prefill_executed_flops < plan.prefill_flops  # fused causal kernels skip masked tiles
+
+
+def test_decode_and_training_flops():
+    n = 4096
+    plan = budget("llama-2-7b", seq_len=n)
+    assert plan.decode_flops_per_token == 2 * 202_375_168 * 32 + 2 * 4096 * 32000 + 32 * 4 * 32 * n * 128
+    train = budget("llama-2-7b", seq_len=n, mode="training")
+    assert train.training_step_flops == 3 * train.prefill_flops
+    full = budget("llama-2-7b", seq_len=n, mode="training", checkpointing="full")
+    assert full.training_step_flops == 4 * full.prefill_flops
+
+
+def test_shares_are_fractions():
+    plan = budget("llama-3-8b", seq_len=32768)
+    shares = (plan.attention_share, plan.ffn_share, plan.embedding_share, plan.other_share)
+    assert all(0 <= s <= 1 for s in shares)
+    assert abs(sum(shares) - 1) < 1e-9
+    assert budget("llama-3-8b", seq_len=512).attention_share < plan.attention_share
+
+
+# --- time -------------------------------------------------------------------------------------------------------
+
+def test_decode_is_bandwidth_bound_at_batch_one():
+    plan = budget("llama-3-8b", seq_len=8192)
+    gpu = get_gpu("h200")
+    bytes_read = plan.weights_bytes + plan.kv_cache_bytes + 128256 * (2 + 4)
+    assert plan.decode_time_ms_per_token == pytest.approx(bytes_read / (gpu.hbm_bytes_per_s * HBM_EFFICIENCY) * 1e3)
+    assert plan.decode_tokens_per_s == pytest.approx(1e3 / plan.decode_time_ms_per_token)
+
+
+def test_encoder_has_no_kv_cache_or_decode():
+    plan = budget("vit-l-16", seq_len=4097, batch=8)
+    assert plan.kv_cache_bytes == 0 and plan.kv_cache_bytes_per_token == 0
+    assert plan.decode_time_ms_per_token is None and plan.decode_flops_per_token is None
+    math_plan = budget("vit-l-16", seq_len=4097, batch=8, backend="math")
+    assert math_plan.attention_scores_bytes == 8 * 16 * 4097 * 4097 * 2
+
+
+# --- inputs and solvers -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(tp=3), "tp: 3 does not divide the 32 query heads"),
+    (dict(gpus=3, tp=2), "gpus: 3 is not a multiple of tp·cp = 2"),
+    (dict(gpu="h300"), "gpu: unknown GPU 'h300'"),
+    (dict(mode="serve"), "mode: unknown value 'serve'"),
+    (dict(kv_dtype="int3"), "kv_dtype: unknown dtype 'int3'"),
+    (dict(seq_len=0), "seq_len: must be at least 1"),
+    (dict(cp=8, seq_len=4), "cp: 8 GPUs cannot split a sequence of 4 tokens"),
+    (dict(checkpointing="some"), "checkpointing: unknown value"),
+])
+def test_bad_inputs_name_the_field(changes, message):
+    with pytest.raises(ValueError, match=message):
+        inputs("llama-2-7b", **changes)
+
+
+def test_max_seq_len_and_max_batch_are_tight():
+    base = inputs("llama-3-8b", seq_len=8192, batch=8, gpu="l40s")
+    n_max = max_seq_len(base)
+    assert plan_budget(replace(base, seq_len=n_max)).fits
+    assert not plan_budget(replace(base, seq_len=n_max + 1)).fits
+    b_max = max_batch(base)
+    assert plan_budget(replace(base, batch=b_max)).fits
+    assert not plan_budget(replace(base, batch=b_max + 1)).fits
+    plan = make_plan(base)
+    assert (plan.max_seq_len, plan.max_batch) == (n_max, b_max)
+
+
+def test_plan_that_fits_nowhere():
+    huge = inputs("llama-3-70b", seq_len=1 << 22, batch=64, backend="math", mode="training")
+    plan = make_plan(huge)
+    assert not plan.fits and "does not fit" in plan.verdict
+    assert smallest_gpu(huge, counts=(1, 8)) == []
+
+
+def test_smallest_gpu_prefers_the_least_memory():
+    choices = smallest_gpu(inputs("llama-2-7b", seq_len=4096), counts=(1, 2))
+    assert choices, "a 7B model fits on one 24 GB card in bf16 at 4k"
+    first = choices[0]
+    assert first.gpus == 1 and get_gpu(first.gpu).memory_bytes < 30 * 2**30
+    bought = [c.gpus * c.capacity_bytes for c in choices]
+    assert bought == sorted(bought)
+    assert all(c.total_bytes <= c.capacity_bytes for c in choices)

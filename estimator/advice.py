@@ -246,21 +246,24 @@ def rule_eager(ctx: _Context) -> list[Advice]:
     out.append(advice)
     inplace = _inplace_saving_bytes(ctx.call)
     if not ctx.training and inplace:
-        time_saved_ms = 2 * inplace / ctx.gpu.hbm_bytes_per_s * 1e3
+        before = eager_forward_peak_bytes(ctx.call, inplace_fill=False)
+        after = eager_forward_peak_bytes(ctx.call, inplace_fill=True)
+        copy_ms = 2 * inplace / ctx.gpu.hbm_bytes_per_s * 1e3  # the removed copy reads and writes the scores
         est = ctx.est
+        peak_text = (f"the layer's peak {gib(before)} → {gib(after)}" if after < before else
+                     f"the layer's peak stays {gib(before)} (it is set by the fp32 softmax, not by this copy)")
         out.append(Advice(
             id="inplace-masked-fill", title="In inference, fill the mask in place: scores.masked_fill_(...)",
             why=(f"The out-of-place masked_fill allocates one more {gib(inplace)} scores tensor per layer and "
                  "launches a copy kernel (seed 004: 6 → 5 kernels). masked_fill_ overwrites the scores in place; "
                  "it breaks autograd, so only under torch.no_grad() (inference), never in training."),
             expected_effect=(f"One fewer (B, H, L, S) allocation of {gib(inplace)} and one fewer kernel per layer; "
-                             f"attention time {ms(est.time_ms)} → {ms(max(0.0, est.time_ms - time_saved_ms))} per "
-                             f"call (one read and one write of the scores at {ctx.gpu.hbm_bytes_per_s / 1e12:.2f} "
-                             "TB/s). The layer's peak is set by the fp32 softmax, not by this copy, so "
-                             f"peak_extra_bytes stays {gib(est.peak_extra_bytes)}."),
-            bytes_metric="attention (B, H, L, S) allocation per layer call", bytes_before=inplace, bytes_after=0,
-            time_metric="attention time_ms per layer call", time_ms_before=est.time_ms,
-            time_ms_after=max(0.0, est.time_ms - time_saved_ms), change=(("masked_fill", "in place"),)))
+                             f"{peak_text}; about {ms(copy_ms)} less per call (the copy's read and write at "
+                             f"{ctx.gpu.hbm_bytes_per_s / 1e12:.2f} TB/s) of the estimated {ms(est.time_ms)}."),
+            bytes_metric="eager forward peak_extra_bytes per layer call (memory.py timeline, fill in place)",
+            bytes_before=before, bytes_after=after, time_metric="attention time_ms per layer call",
+            time_ms_before=est.time_ms, time_ms_after=max(0.0, est.time_ms - copy_ms),
+            change=(("masked_fill", "in place"),)))
     return out
 
 
@@ -269,6 +272,45 @@ def _inplace_saving_bytes(call: AttentionCall) -> int:
     if not (call.causal or call.mask == "bool"):
         return 0
     return call.batch * call.q_heads * call.q_len * call.kv_len * call.element_bits // 8
+
+
+def eager_forward_peak_bytes(call: AttentionCall, *, inplace_fill: bool) -> int:
+    """Peak extra bytes of the eager forward under torch.no_grad(): `estimator/memory.py: eager_timeline`'s
+    forward replayed allocation by allocation, with the causal/bool mask fill out of place (validation/eager.py)
+    or in place (`masked_fill_`, seed 004). tests/test_advice_eager.py holds the out-of-place replay equal to
+    eager_timeline so the two cannot drift apart."""
+    from .shapes import Calls, Timeline
+
+    c = Calls.from_call(dataclasses.replace(call, mode="forward"))
+    half, drop = ~c.fp32, c.has_dropout
+    P, LS = c.B * c.Hq * c.L * c.S, c.L * c.S
+    Ps, KE, Q = P * c.es, c.B * c.Hq * c.S * c.D * c.es, c.B * c.Hq * c.L * c.D * c.es
+    new_scores = c.mask_float | ((c.causal | c.mask_bool) & (not inplace_fill))
+    t = Timeline()
+    t.alloc("k_rep", KE, c.gqa)
+    t.alloc("v_rep", KE, c.gqa)
+    t.alloc("qk", Ps)
+    t.alloc("scores", Ps)  # * D**-0.5
+    t.free("qk")
+    t.alloc("ones", LS, c.causal)
+    t.alloc("triu", LS, c.causal)
+    t.free("ones")
+    t.alloc("not_mask", c.B * LS, c.mask_bool)
+    t.alloc("scores2", Ps, new_scores)  # out-of-place masked_fill / + mask
+    t.free("not_mask")
+    t.free_if(new_scores, "scores")
+    t.alloc("s32", P * 4, half)
+    t.alloc("sm", P * 4)
+    t.free("s32")
+    t.alloc("p", Ps, half)
+    t.free_if(half, "sm")
+    t.alloc("drop_mask", P, drop)
+    t.alloc("p_drop", Ps, drop)
+    t.free("drop_mask")
+    t.free_if(drop & half, "p")
+    t.free_if(drop & ~half, "sm")
+    t.alloc("out", Q)
+    return int(t.peak)
 
 
 def rule_fused(ctx: _Context) -> list[Advice]:

@@ -1,0 +1,103 @@
+"""What one attention call costs on a GPU: backend, peak memory (contract §1), FLOPs and time.
+
+`estimate_call` serves one call; `estimate_columns` serves many at once (predict, sweeps, charts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from estimator import backends, flops, memory, timing
+from estimator.config import AttentionCall
+from estimator.hardware import GPU
+from estimator.shapes import Calls
+
+# Device memory that PyTorch cannot hand out: the CUDA context, kernel images, cuBLAS/cuDNN handles.
+# Measured on the H200 (torch 2.11): total_memory 150,109,880,320 − mem_get_info() free after a
+# first kernel 149,458,911,232 = 650,969,088 B. Used for every GPU (driver-dependent; an estimate).
+CUDA_CONTEXT_BYTES = 650_969_088
+# cuBLAS keeps a 32 MiB workspace per (handle, stream) once a matmul ran: math and eager calls have
+# one from the forward and one from autograd's backward thread (CublasHandlePool.cpp; measured).
+CUBLAS_WORKSPACE_BYTES = 32 * 2**20
+
+# Relative error of peak_extra_bytes against the H200 calibration set, per backend (2.5th and
+# 97.5th percentile of (predicted − measured) / measured; `python -m validation report` recomputes).
+ERROR_BANDS = {"math": (-0.01, 0.01), "flash": (-0.01, 0.01), "efficient": (-0.02, 0.02),
+               "cudnn": (-0.01, 0.01), "eager": (-0.01, 0.01)}
+
+
+@dataclass(frozen=True)
+class CallEstimate:
+    call: AttentionCall
+    gpu_name: str
+    supported: bool
+    selected_backend: str
+    reasons: dict[str, tuple[str, ...]] = field(hash=False)
+    peak_extra_bytes: int | None
+    forward_retained_bytes: int | None
+    input_bytes: int
+    fits: bool
+    flops: int
+    executed_flops: int
+    time_ms: float | None
+    scores_bytes: int
+    kv_bytes: int
+    error_band: tuple[float, float]
+
+
+def peaks_by_backend(c: Calls, gpu: GPU) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """backend → (peak_extra_bytes, forward_retained_bytes), each computed for every call."""
+    timelines = {"math": memory.math_timeline(c), "flash": memory.flash_timeline(c, gpu.sm_count),
+                 "efficient": memory.efficient_timeline(c), "cudnn": memory.cudnn_timeline(c),
+                 "eager": memory.eager_timeline(c)}
+    return {name: (t.peak, t.marks["forward"]) for name, t in timelines.items()}
+
+
+def estimate_columns(c: Calls, requested, gpu: GPU, torch_version: str = backends.DEFAULT_TORCH) -> dict:
+    """Vectorized estimate. `requested` is the backend column (auto, math, flash, efficient, cudnn, eager)."""
+    requested = np.asarray(requested, dtype=object)
+    ok = backends.eligibility(c, gpu.sm, torch_version)
+    auto = backends.select(c, gpu.sm, torch_version)
+    selected = np.where(requested == "auto", auto, requested)
+    supported = np.where(selected == "eager", True, False)
+    for name, can in ok.items():
+        supported = supported | ((selected == name) & can)
+    selected = np.where(supported, selected, "none")
+    peak = np.zeros(np.shape(selected), dtype=np.int64)
+    retained = np.zeros(np.shape(selected), dtype=np.int64)
+    for name, (p, r) in peaks_by_backend(c, gpu).items():
+        peak = np.where(selected == name, p, peak)
+        retained = np.where(selected == name, r, retained)
+    inputs = c.input_bytes()
+    cublas = np.where(np.isin(selected, ("math", "eager")), CUBLAS_WORKSPACE_BYTES * np.where(c.grad, 2, 1), 0)
+    fits = supported & (inputs + peak + cublas + CUDA_CONTEXT_BYTES <= gpu.memory_bytes)
+    executed = flops.executed_flops(c, selected)
+    return {"supported": supported, "selected_backend": selected, "peak_extra_bytes": peak,
+            "forward_retained_bytes": retained, "input_bytes": inputs, "fits": fits,
+            "flops": flops.counted_flops(c, selected), "executed_flops": executed,
+            "time_ms": timing.time_ms(c, selected, executed, gpu),
+            "scores_bytes": c.B * c.Hq * c.L * c.S * c.es, "kv_bytes": 2 * c.B * c.Hk * c.S * c.D * c.es}
+
+
+def estimate_call(call: AttentionCall, gpu: GPU, torch_version: str = backends.DEFAULT_TORCH) -> CallEstimate:
+    """Everything the planner knows about one call on one GPU."""
+    torch_version = backends.check_torch_version(torch_version)
+    c = Calls.from_call(call)
+    cols = estimate_columns(c, call.backend, gpu, torch_version)
+    supported = bool(cols["supported"])
+    backend = str(cols["selected_backend"])
+    if call.backend == "eager":
+        why = {}
+    else:
+        why = backends.reasons(c, gpu.sm, torch_version)
+    return CallEstimate(
+        call=call, gpu_name=gpu.name, supported=supported, selected_backend=backend, reasons=why,
+        peak_extra_bytes=int(cols["peak_extra_bytes"]) if supported else None,
+        forward_retained_bytes=int(cols["forward_retained_bytes"]) if supported else None,
+        input_bytes=int(cols["input_bytes"]), fits=bool(cols["fits"]), flops=int(cols["flops"]),
+        executed_flops=int(cols["executed_flops"]),
+        time_ms=float(cols["time_ms"]) if supported else None,
+        scores_bytes=int(cols["scores_bytes"]), kv_bytes=int(cols["kv_bytes"]),
+        error_band=ERROR_BANDS.get(backend, (0.0, 0.0)))

@@ -1,0 +1,96 @@
+"""Which SDPA backends can run a call, every reason the others cannot, and which one `auto` picks.
+
+Rules of `aten/src/ATen/native/transformers/cuda/sdp_utils.cpp` (can_use_flash_attention,
+can_use_mem_efficient_attention, can_use_cudnn_attention) as they behave in PyTorch 2.11 (checked on
+an H200, validation/data/h200_calibration.csv), vectorized over calls. `TORCH_VERSIONS` lists what
+differs in 2.13 (read from the newest source, not measured on a GPU).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from estimator.shapes import Calls
+
+TORCH_VERSIONS = ("2.11", "2.13")
+DEFAULT_TORCH = "2.11"  # the newest version validated on a GPU (validation/data)
+
+# select_sdp_backend's priority. check_prefer_cudnn_attention() puts cuDNN first once per process
+# when cuDNN > 9.15 and the GPU is sm90/sm10x (2.11 bundles cuDNN 9.19; measured on the H200).
+PRIORITY_DEFAULT = ("flash", "efficient", "math", "cudnn")
+PRIORITY_CUDNN_FIRST = ("cudnn", "flash", "efficient", "math")
+
+
+def check_torch_version(version: str) -> str:
+    version = str(version).strip()
+    short = ".".join(version.split("+")[0].split(".")[:2])
+    if short not in TORCH_VERSIONS:
+        raise ValueError(f"torch: unknown version {version!r}; modelled: {', '.join(TORCH_VERSIONS)}")
+    return short
+
+
+def priority(sm: int) -> tuple[str, ...]:
+    return PRIORITY_CUDNN_FIRST if sm == 90 or 100 <= sm < 110 else PRIORITY_DEFAULT
+
+
+def _checks(c: Calls, sm: int, torch_version: str) -> dict[str, list[tuple[np.ndarray, str]]]:
+    """(fails, reason) pairs per backend; a backend runs where none fails."""
+    half = ~c.fp32
+    both = c.causal & c.has_mask
+    both_reason = "is_causal and attn_mask are both set (SDPA raises for every backend)"
+    flash = [
+        (both, both_reason),
+        (np.bool_(sm < 80), f"needs compute capability 8.0+ (this GPU is sm{sm})"),
+        (c.has_mask, "an explicit attn_mask (bool or float) is not supported; use is_causal=True"),
+        (c.D > 256, "head_dim > 256"),
+        (c.grad & (c.D > 192) & np.bool_(sm in (86, 89, 120)), "training with head_dim > 192 on sm86/sm89"),
+        (c.causal & (c.L != c.S), "is_causal with q_len != kv_len"),
+        (c.fp32, "dtype float32 (flash needs float16 or bfloat16)"),
+    ]
+    eff_align = 8 if sm >= 75 else 4
+    efficient = [
+        (both, both_reason),
+        (np.bool_(sm < 50), f"needs compute capability 5.0+ (this GPU is sm{sm})"),
+        (half & (c.D % eff_align != 0), f"head_dim must be a multiple of {eff_align} for 16-bit inputs"),
+        (c.fp32 & (c.D % (4 if sm >= 80 else 1) != 0), "head_dim must be a multiple of 4 for float32"),
+        (c.bf16 & np.bool_(sm < 80), f"bfloat16 needs compute capability 8.0+ (this GPU is sm{sm})"),
+    ]
+    if torch_version == "2.11":
+        efficient.append((c.gqa, "GQA (kv_heads < q_heads) is not supported in PyTorch 2.11 (2.13 adds it)"))
+    cudnn = [
+        (both, both_reason),
+        (np.bool_(sm < 80), f"needs compute capability 8.0+ (this GPU is sm{sm})"),
+        (c.fp32, "dtype float32 (cuDNN attention needs float16 or bfloat16)"),
+        (c.D % 8 != 0, "head_dim must be a multiple of 8"),
+        (c.D > (256 if sm == 90 or 100 <= sm < 110 else 128), f"head_dim > {256 if sm == 90 else 128} on sm{sm}"),
+        (c.S == 1, "kv_len == 1"),
+        (c.has_dropout & (c.L == 1), "dropout with q_len == 1"),
+    ]
+    return {"flash": flash, "efficient": efficient, "cudnn": cudnn,
+            "math": [(both, both_reason)]}
+
+
+def eligibility(c: Calls, sm: int, torch_version: str = DEFAULT_TORCH) -> dict[str, np.ndarray]:
+    """Backend name → bool (array): whether it can run the call."""
+    ok = {}
+    for backend, checks in _checks(c, sm, torch_version).items():
+        fails = np.zeros(np.shape(c.B), dtype=bool)
+        for fail, _ in checks:
+            fails = fails | fail
+        ok[backend] = ~fails
+    return ok
+
+
+def reasons(c: Calls, sm: int, torch_version: str = DEFAULT_TORCH) -> dict[str, tuple[str, ...]]:
+    """For one call: every reason each SDPA backend cannot run it (empty tuple: it can)."""
+    return {b: tuple(reason for fail, reason in checks if bool(fail))
+            for b, checks in _checks(c, sm, torch_version).items()}
+
+
+def select(c: Calls, sm: int, torch_version: str = DEFAULT_TORCH) -> np.ndarray:
+    """The backend `auto` runs: the first eligible one in the priority order."""
+    ok = eligibility(c, sm, torch_version)
+    chosen = np.full(np.shape(c.B), "none", dtype=object)
+    for backend in reversed(priority(sm)):
+        chosen = np.where(ok[backend], backend, chosen)
+    return chosen

@@ -1,0 +1,130 @@
+"""`python -m estimator predict IN.csv -o OUT.csv --gpu NAME [--torch VERSION]` (contract §2).
+
+Rows are validated column-wise; a malformed row gets a one-line `error` and empty predictions and
+never stops the others. Extra input columns are copied through untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+import pandas as pd
+
+from estimator import backends
+from estimator.attention import estimate_columns
+from estimator.config import BACKENDS, DTYPE_ALIASES, DTYPE_BITS, MASKS, MAX_DIM, MAX_SEQ_LEN, MODES
+from estimator.hardware import get_gpu
+from estimator.shapes import Calls
+
+INT_FIELDS = {"batch": 1 << 20, "q_heads": 1 << 16, "kv_heads": 1 << 16, "head_dim": MAX_DIM,
+              "q_len": MAX_SEQ_LEN, "kv_len": MAX_SEQ_LEN}
+REQUIRED = ("backend", "dtype", *INT_FIELDS, "causal", "mask", "dropout", "mode")
+OUTPUTS = ("supported", "selected_backend", "peak_extra_bytes", "fits", "flops", "time_ms")
+MAX_SCORE_ELEMENTS = 1 << 56  # batch·q_heads·q_len·kv_len beyond this is no real workload (int64-safe)
+
+
+class _Errors:
+    def __init__(self, n: int) -> None:
+        self.msg = np.full(n, "", dtype=object)
+
+    def add(self, bad, text) -> None:
+        bad = np.asarray(bad, dtype=bool) & (self.msg == "")
+        if np.any(bad):
+            self.msg[bad] = text if isinstance(text, str) else np.asarray(text, dtype=object)[bad]
+
+
+def _text(df: pd.DataFrame, col: str) -> np.ndarray:
+    return df[col].astype(str).str.strip().str.lower().to_numpy(dtype=object)
+
+
+def calls_from_frame(df: pd.DataFrame) -> tuple[Calls, np.ndarray, np.ndarray]:
+    """Columns → (Calls, backend column, error messages). Bad rows get placeholder sizes of 1."""
+    n = len(df)
+    errors = _Errors(n)
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise ValueError(f"input CSV: missing column(s) {', '.join(missing)}")
+    ints = {}
+    for field, limit in INT_FIELDS.items():
+        raw = pd.to_numeric(df[field], errors="coerce").to_numpy(dtype=np.float64)
+        bad_num = ~np.isfinite(raw) | (raw != np.floor(raw))
+        errors.add(bad_num, [f"{field}: expected a positive integer, got {v!r}" for v in df[field].tolist()])
+        errors.add(~bad_num & (raw < 1), f"{field}: must be at least 1")
+        errors.add(~bad_num & (raw > limit), f"{field}: absurdly large (limit {limit:,})")
+        ints[field] = np.where(bad_num | (raw < 1) | (raw > limit), 1, raw).astype(np.int64)
+    errors.add(ints["q_heads"] % ints["kv_heads"] != 0, "kv_heads: q_heads must be divisible by kv_heads")
+    score = ints["batch"].astype(np.float64) * ints["q_heads"] * ints["q_len"] * ints["kv_len"]
+    errors.add(score > MAX_SCORE_ELEMENTS, "q_len: batch·q_heads·q_len·kv_len is absurdly large")
+    dtype = np.array([DTYPE_ALIASES.get(v.removeprefix("torch."), v.removeprefix("torch."))
+                      for v in _text(df, "dtype")], dtype=object)
+    errors.add(~np.isin(dtype, list(DTYPE_BITS)), f"dtype: unknown; expected one of {', '.join(DTYPE_BITS)}")
+    backend = _text(df, "backend")
+    errors.add(~np.isin(backend, BACKENDS), f"backend: unknown; expected one of {', '.join(BACKENDS)}")
+    mask = _text(df, "mask")
+    mask = np.where(np.isin(mask, ("", "nan")), "none", mask)
+    errors.add(~np.isin(mask, MASKS), f"mask: unknown; expected one of {', '.join(MASKS)}")
+    mode = _text(df, "mode")
+    errors.add(~np.isin(mode, MODES), f"mode: unknown; expected one of {', '.join(MODES)}")
+    causal_txt = _text(df, "causal")
+    causal_ok = np.isin(causal_txt, ("0", "1", "0.0", "1.0", "true", "false"))
+    errors.add(~causal_ok, "causal: expected 0 or 1")
+    dropout = pd.to_numeric(df["dropout"], errors="coerce").to_numpy(dtype=np.float64)
+    errors.add(~((dropout >= 0) & (dropout < 1)), "dropout: expected a probability in [0, 1)")
+    bits = np.array([DTYPE_BITS.get(d, 16) for d in dtype], dtype=np.int64)
+    c = Calls(B=ints["batch"], Hq=ints["q_heads"], Hk=ints["kv_heads"], D=ints["head_dim"], L=ints["q_len"],
+              S=ints["kv_len"], bits=bits, bf16=dtype == "bfloat16",
+              causal=np.isin(causal_txt, ("1", "1.0", "true")), mask_bool=mask == "bool",
+              mask_float=mask == "float", dropout=np.nan_to_num(dropout), grad=mode == "forward_backward")
+    return c, backend, errors.msg
+
+
+def predict_frame(df: pd.DataFrame, gpu: str, torch_version: str = backends.DEFAULT_TORCH) -> pd.DataFrame:
+    """Contract §2: every input column plus supported, selected_backend, peak_extra_bytes, fits, flops,
+    time_ms (and error for malformed rows)."""
+    device = get_gpu(gpu)
+    torch_version = backends.check_torch_version(torch_version)
+    out = df.copy()
+    if len(df) == 0:
+        for col in (*OUTPUTS, "error"):
+            out[col] = pd.Series(dtype=object)
+        return out
+    c, backend, errors = calls_from_frame(df)
+    cols = estimate_columns(c, np.where(errors == "", backend, "math"), device, torch_version)
+    bad = errors != ""
+    sup = cols["supported"] & ~bad
+
+    def masked(values, when):
+        return pd.array(np.where(when, values, None), dtype=object)
+
+    out["supported"] = masked(np.where(cols["supported"], "true", "false"), ~bad)
+    out["selected_backend"] = masked(cols["selected_backend"], ~bad)
+    out["peak_extra_bytes"] = pd.array(np.where(sup, cols["peak_extra_bytes"], 0), dtype="Int64")
+    out.loc[~sup, "peak_extra_bytes"] = pd.NA
+    out["fits"] = masked(np.where(cols["fits"], "true", "false"), ~bad)
+    out["flops"] = pd.array(cols["flops"], dtype="Int64")
+    out.loc[bad, "flops"] = pd.NA
+    out["time_ms"] = np.where(sup, np.round(cols["time_ms"], 4), np.nan)
+    if bad.any() or "error" in out.columns:
+        out["error"] = errors
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m estimator predict", description=__doc__.splitlines()[0])
+    parser.add_argument("input", help="CSV with contract §2 columns")
+    parser.add_argument("-o", "--output", required=True, help="where to write the predictions CSV")
+    parser.add_argument("--gpu", required=True, help="catalog name, e.g. h200, h100-sxm, a100-80gb")
+    parser.add_argument("--torch", default=backends.DEFAULT_TORCH, help="PyTorch version modelled (2.11, 2.13)")
+    args = parser.parse_args(argv)
+    try:
+        get_gpu(args.gpu)
+        backends.check_torch_version(args.torch)
+        df = pd.read_csv(args.input, dtype=str, keep_default_na=False)
+        result = predict_frame(df, args.gpu, args.torch)
+    except (ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    result.to_csv(args.output, index=False)
+    return 0

@@ -1,0 +1,124 @@
+"""Column view of attention calls: the same formulas serve one call (numpy scalars) or a whole CSV
+(numpy arrays, one element a row), so `predict` on 100k rows costs a few array passes.
+
+Also the allocation timeline that every backend's memory model is written in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from estimator.config import DTYPE_BITS, AttentionCall
+
+ALLOC_GRANULE_BYTES = 512  # CUDA caching allocator: every block rounded up to 512 B (c10 kMinBlockSize)
+
+
+def round_up(x, multiple):
+    """Smallest multiple of `multiple` that is >= x (elementwise)."""
+    return (x + multiple - 1) // multiple * multiple
+
+
+def cdiv(a, b):
+    return (a + b - 1) // b
+
+
+@dataclass
+class Calls:
+    """Attention calls as columns. Integer fields are int64 arrays (or numpy scalars)."""
+
+    B: np.ndarray
+    Hq: np.ndarray
+    Hk: np.ndarray
+    D: np.ndarray
+    L: np.ndarray
+    S: np.ndarray
+    bits: np.ndarray
+    bf16: np.ndarray
+    causal: np.ndarray
+    mask_bool: np.ndarray
+    mask_float: np.ndarray
+    dropout: np.ndarray
+    grad: np.ndarray
+
+    @property
+    def es(self):
+        """Element size of the inputs in bytes."""
+        return self.bits // 8
+
+    @property
+    def fp32(self):
+        return self.bits == 32
+
+    @property
+    def gqa(self):
+        return self.Hq != self.Hk
+
+    @property
+    def has_mask(self):
+        return self.mask_bool | self.mask_float
+
+    @property
+    def has_dropout(self):
+        return self.dropout > 0
+
+    def input_bytes(self):
+        """q, k, v, the dense mask and grad_out as contract §1 allocates them (512-B blocks)."""
+        q = round_up(self.B * self.Hq * self.L * self.D * self.es, ALLOC_GRANULE_BYTES)
+        kv = round_up(self.B * self.Hk * self.S * self.D * self.es, ALLOC_GRANULE_BYTES)
+        mask_elems = self.B * self.L * self.S
+        mask = np.where(self.mask_bool, round_up(mask_elems, ALLOC_GRANULE_BYTES),
+                        np.where(self.mask_float, round_up(mask_elems * self.es, ALLOC_GRANULE_BYTES), 0))
+        return q + 2 * kv + mask + np.where(self.grad, q, 0)
+
+    @classmethod
+    def from_call(cls, call: AttentionCall) -> Calls:
+        i = np.int64
+        return cls(B=i(call.batch), Hq=i(call.q_heads), Hk=i(call.kv_heads), D=i(call.head_dim), L=i(call.q_len),
+                   S=i(call.kv_len), bits=i(DTYPE_BITS[call.dtype]),
+                   bf16=np.bool_(call.dtype == "bfloat16"), causal=np.bool_(call.causal),
+                   mask_bool=np.bool_(call.mask == "bool"), mask_float=np.bool_(call.mask == "float"),
+                   dropout=np.float64(call.dropout), grad=np.bool_(call.training))
+
+
+class Timeline:
+    """Replays a backend's allocations and frees in order and keeps the running peak.
+
+    Sizes are rounded to the allocator's 512-B blocks; a size of 0 (a condition that does not
+    hold for that row) allocates nothing. Works elementwise on arrays.
+    """
+
+    def __init__(self) -> None:
+        self.live = np.int64(0)
+        self.peak = np.int64(0)
+        self.blocks: dict[str, np.ndarray] = {}
+        self.marks: dict[str, np.ndarray] = {}
+
+    def mark(self, name: str) -> None:
+        """Remember the live bytes now (e.g. what stays allocated after the forward)."""
+        self.marks[name] = self.live
+
+    def alloc(self, name: str, nbytes, when=True) -> None:
+        size = np.where(when, round_up(np.asarray(nbytes, dtype=np.int64), ALLOC_GRANULE_BYTES), 0)
+        if name in self.blocks:
+            raise KeyError(f"block {name!r} allocated twice")
+        self.blocks[name] = size
+        self.live = self.live + size
+        self.peak = np.maximum(self.peak, self.live)
+
+    def free(self, *names: str) -> None:
+        for name in names:
+            self.live = self.live - self.blocks.pop(name)
+
+    def free_if(self, when, *names: str) -> None:
+        """Free where `when` holds; elsewhere the block stays live (kept for backward, say)."""
+        for name in names:
+            size = self.blocks[name]
+            self.live = self.live - np.where(when, size, 0)
+            self.blocks[name] = np.where(when, 0, size)
+
+    def transient(self, name: str, nbytes, when=True) -> None:
+        """Allocate and free at once: a workspace that lives only inside one kernel call."""
+        self.alloc(name, nbytes, when)
+        self.free(name)

@@ -15,7 +15,7 @@ import torch
 from validation import runner
 from validation.cli import main
 from validation.grid import case, number, write_csv
-from validation.runner import RunOptions, read_cases, run_rows
+from validation.runner import RunOptions, read_cases, sweep
 
 SMALL = dict(batch=1, q_heads=2, head_dim=16, q_len=64)
 
@@ -84,7 +84,7 @@ def test_oom_from_measure_is_recorded_memory_freed_and_sweep_goes_on(tmp_path, f
         return {"status": "ok", "measured_peak_extra_bytes": 1 << 20, "measured_time_ms": 1.0}
 
     rows = number([case("math", "float32", batch=1, q_heads=2, head_dim=16, q_len=n) for n in (64, 128, 256)], "t")
-    counts = run_rows(list(rows[0]), rows, str(tmp_path / "o.csv"), RunOptions(repeats=1), measure_fn=measure)
+    counts = sweep(list(rows[0]), rows, str(tmp_path / "o.csv"), RunOptions(repeats=1), measure_fn=measure)
     out = read_out(tmp_path / "o.csv")
     assert [r["status"] for r in out] == ["ok", "oom", "ok"]
     assert "out of memory" in out[1]["error"] and out[1]["measured_peak_extra_bytes"] == ""
@@ -102,10 +102,10 @@ def test_case_predicted_beyond_free_memory_is_skipped_unless_forced(tmp_path, mo
         ran.append(call)
         return {"status": "ok", "measured_peak_extra_bytes": 5}
 
-    run_rows(list(rows[0]), rows, str(tmp_path / "a.csv"), RunOptions(), measure_fn=measure)
+    sweep(list(rows[0]), rows, str(tmp_path / "a.csv"), RunOptions(), measure_fn=measure)
     out = read_out(tmp_path / "a.csv")[0]
     assert out["status"] == "skipped" and "exceeds free cpu memory" in out["error"] and not ran
-    run_rows(list(rows[0]), rows, str(tmp_path / "b.csv"), RunOptions(force=True), measure_fn=measure)
+    sweep(list(rows[0]), rows, str(tmp_path / "b.csv"), RunOptions(force=True), measure_fn=measure)
     assert read_out(tmp_path / "b.csv")[0]["status"] == "ok" and len(ran) == 1
 
 
@@ -128,7 +128,7 @@ def test_per_case_time_limit_turns_a_hung_case_into_an_error_row(tmp_path, fake_
         return {"status": "ok", "measured_peak_extra_bytes": 1}
 
     rows = number([case("math", "float32", batch=1, q_heads=1, head_dim=16, q_len=n) for n in (128, 64)], "t")
-    run_rows(list(rows[0]), rows, str(tmp_path / "t.csv"), RunOptions(timeout_s=0.2), measure_fn=measure)
+    sweep(list(rows[0]), rows, str(tmp_path / "t.csv"), RunOptions(timeout_s=0.2), measure_fn=measure)
     out = read_out(tmp_path / "t.csv")
     assert out[0]["status"] == "error" and out[0]["error"].startswith("timeout")
     assert out[1]["status"] == "ok"
@@ -147,10 +147,10 @@ def test_rows_are_on_disk_as_measured_and_resume_finishes_the_sweep(tmp_path, fa
         return {"status": "ok", "measured_peak_extra_bytes": 1}
 
     with pytest.raises(KeyboardInterrupt):
-        run_rows(list(rows[0]), rows, str(path), RunOptions(), measure_fn=interrupted)
+        sweep(list(rows[0]), rows, str(path), RunOptions(), measure_fn=interrupted)
     assert [r["id"] for r in read_out(path)] == ["t-0000", "t-0001", "t-0002"]
     again = []
-    run_rows(list(rows[0]), rows, str(path), RunOptions(), resume=True,
+    sweep(list(rows[0]), rows, str(path), RunOptions(), resume=True,
              measure_fn=lambda call, device, repeats: again.append(call.q_len) or {"status": "ok"})
     assert [r["id"] for r in read_out(path)] == [f"t-{i:04d}" for i in range(6)]
     assert again == [64, 80, 96]
@@ -216,3 +216,10 @@ def test_cuda_requested_without_gpu_is_a_plain_error(tmp_path, capsys):
     inp = write_cases(tmp_path, [case("math", "float32", **SMALL)])
     assert main(["run", "--in", str(inp), "--out", str(tmp_path / "o.csv"), "--device", "cuda"]) == 2
     assert "cuda requested but torch sees no GPU" in capsys.readouterr().err
+
+
+def test_first_version_run_rows_call_still_works(tmp_path, fake_predict):
+    rows = number([case("eager", "float32", **SMALL)], "t")
+    counts = runner.run_rows(rows, str(tmp_path / "o.csv"), device="cpu", repeats=1)
+    out = read_out(tmp_path / "o.csv")
+    assert counts["ok"] == 1 and out[0]["status"] == "ok" and int(out[0]["measured_peak_extra_bytes"]) > 0

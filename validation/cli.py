@@ -28,7 +28,7 @@ def gpu_from_device_name(device_name: str) -> str | None:
 def _run(args) -> int:
     import torch
 
-    from validation.runner import RunOptions, read_cases, run_rows, write_meta
+    from validation.runner import RunOptions, read_cases, sweep, write_meta
 
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -47,7 +47,7 @@ def _run(args) -> int:
     inputs, rows = read_cases(args.inp)
     if not rows:
         raise ValueError(f"--in {args.inp}: no rows under the header")
-    counts = run_rows(inputs, rows, args.out, options, resume=args.resume)
+    counts = sweep(inputs, rows, args.out, options, resume=args.resume)
     meta = write_meta(args.out, options, ["python", "-m", "validation"] + args.argv, counts, started)
     summary = ", ".join(f"{k} {v}" for k, v in counts.items() if v)
     print(f"wrote {args.out} ({summary}) and {meta}", file=sys.stderr)

@@ -333,8 +333,8 @@ def done_ids(out_path: str) -> set[str]:
         return {row["id"] for row in csv.DictReader(fh) if row.get("id") and row.get("status")}
 
 
-def run_rows(inputs: list[str], rows: list[dict], out_path: str, options: RunOptions, *, measure_fn=measure,
-             resume: bool = False, progress_stream=None) -> dict:
+def sweep(inputs: list[str], rows: list[dict], out_path: str, options: RunOptions, *, measure_fn=measure,
+          resume: bool = False, progress_stream=None) -> dict:
     """Measure every row and write it to out_path at once; return counts per status."""
     env = environment(options.device)
     preds, note = predict_rows(rows, options.gpu, options.torch_version)
@@ -378,6 +378,13 @@ def run_rows(inputs: list[str], rows: list[dict], out_path: str, options: RunOpt
                             + (f" peak {int(peak) / MIB:.2f} MiB" if peak not in ("", None) else "")
                             + (f" ({result['error'][:80]})" if result.get("error") else ""))
     return counts
+
+
+def run_rows(rows: list[dict], out_path: str, device: str | None = None, repeats: int = 5, **options) -> dict:
+    """The first version's call (rows as dicts, columns from the first row), kept for scripts that use it."""
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    inputs = [k for k in rows[0] if k not in OUTPUT_FIELDS]
+    return sweep(inputs, rows, out_path, RunOptions(device=device, repeats=repeats, **options))
 
 
 def write_meta(out_path: str, options: RunOptions, argv: list[str], counts: dict, started: str, note: str = "") -> str:

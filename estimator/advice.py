@@ -25,6 +25,7 @@ ATTENTION_BOTTLENECK_SHARE = 0.40  # seed 000 §4: "profile 确认 attention >40
 KV_DOMINATES_SHARE = 0.30  # KV bytes / (KV + weights) bytes read per decode step at which the cache matters
 KV_SEQUENCE_SHARE = 0.05  # one sequence's KV cache above 5% of the GPU limits concurrency
 KV_QUANT_DTYPE = "int8"
+TP_STATE_SHARE = 0.5  # over budget at batch 1 with the model state above half the GPU: shard the weights first
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,6 +172,10 @@ def _plan_advice(ctx: _Context, advice_id: str, title: str, why: str, effect: st
                   time_ms_after=None if after is None else ctx.time_ms(after))
 
 
+def _times(time_ms: float | None, count: int) -> float | None:
+    return None if time_ms is None else time_ms * count
+
+
 def _call_advice(ctx: _Context, advice_id: str, title: str, why: str, effect: str, call_after: AttentionCall,
                  est_after, gpu_after=None, before: tuple[AttentionCall, object] | None = None) -> Advice:
     """An Advice whose effect is one layer's attention call re-estimated (`est_after`) after the change;
@@ -180,8 +185,8 @@ def _call_advice(ctx: _Context, advice_id: str, title: str, why: str, effect: st
     before_backend = "eager" if call.backend == "eager" else est.selected_backend
     text = (f"{effect} Attention per layer ({before_backend} → {est_after.selected_backend}): peak "
             f"{gib(est.peak_extra_bytes)} → {gib(est_after.peak_extra_bytes)}, time "
-            f"{ms(est.time_ms)} → {ms(est_after.time_ms)} per call, {ms(est.time_ms * layers)} → "
-            f"{ms(est_after.time_ms * layers)} over {layers} layers.")
+            f"{ms(est.time_ms)} → {ms(est_after.time_ms)} per call, {ms(_times(est.time_ms, layers))} → "
+            f"{ms(_times(est_after.time_ms, layers))} over {layers} layers.")
     changes = tuple((f, getattr(call_after, f)) for f in ("backend", "dtype", "head_dim", "mask", "causal", "q_len",
                                                           "kv_heads") if getattr(call_after, f) != getattr(ctx.call, f))
     if gpu_after is not None:
@@ -210,6 +215,18 @@ def _flash_blockers(ctx: _Context, call: AttentionCall) -> list[str]:
     if call.causal and call.q_len != call.kv_len and call.mask == "none":
         found.append("causal")
     return found
+
+
+def _with_plan(ctx: _Context, advice: Advice, **changes) -> Advice:
+    """Append the whole plan re-run with `changes` to a kernel advice's effect (its numeric fields stay per call)."""
+    after = ctx.plan(**changes)
+    if after is None:
+        return advice
+    what = ", ".join(f"{k}={v}" for k, v in changes.items())
+    return dataclasses.replace(advice, expected_effect=advice.expected_effect + (
+        f" Whole plan with {what}: total per GPU {gib(ctx.base['total_bytes'])} → {gib(after['total_bytes'])} "
+        f"({'fits' if after['fits'] else 'does not fit'}), {ctx.time_metric} {ms(ctx.time_ms(ctx.base))} → "
+        f"{ms(ctx.time_ms(after))}."))
 
 
 def _half_dtype(ctx: _Context) -> str:
@@ -334,7 +351,11 @@ def rule_fused(ctx: _Context) -> list[Advice]:
                               time_ms_before=ctx.est.time_ms))
         else:
             title = f"Use a fused attention kernel ({fix[1].selected_backend})"
-            out.append(_call_advice(ctx, "use-fused-kernel", title, why, "With the changes listed in `change`:", *fix))
+            advice = _call_advice(ctx, "use-fused-kernel", title, why, "With the changes listed in `change`:", *fix)
+            plan_changes = {k: v for k, v in advice.change if k in ("backend", "dtype")}
+            if len(plan_changes) == len(advice.change):  # a mask or a padded head_dim is not in the plan
+                advice = _with_plan(ctx, advice, **plan_changes)
+            out.append(advice)
     blockers = _flash_blockers(ctx, ctx.call)
     if on_math or "dtype" in blockers:
         for blocker in blockers:
@@ -361,13 +382,7 @@ def _flash_blocker_advice(ctx: _Context, blocker: str, flash_reasons: str) -> Ad
                   "at the fp32 (non-tensor-core) rate.",
             f"In {half} SDPA selects {ctx.estimate(after_call).selected_backend}.", after_call,
             ctx.estimate(after_call))
-        plan_after = ctx.plan(dtype=half, backend="auto")
-        if plan_after is not None:
-            advice = dataclasses.replace(advice, expected_effect=advice.expected_effect + (
-                f" Whole plan in {half}: total per GPU {gib(ctx.base['total_bytes'])} → "
-                f"{gib(plan_after['total_bytes'])}, {ctx.time_metric} {ms(ctx.time_ms(ctx.base))} → "
-                f"{ms(ctx.time_ms(plan_after))}."))
-        return advice
+        return _with_plan(ctx, advice, dtype=half, backend="auto")
     if blocker == "head-dim":
         others = [b for b in ("efficient", "cudnn") if not ctx.est.reasons.get(b)]
         after_call = dataclasses.replace(call, backend=others[0] if others else "auto", head_dim=call.head_dim
@@ -392,11 +407,12 @@ def _flash_blocker_advice(ctx: _Context, blocker: str, flash_reasons: str) -> Ad
         if not newer:
             return None
         after_call = dataclasses.replace(call, backend="auto")
-        return _call_advice(
+        advice = _call_advice(
             ctx, "flash-ineligible-gpu", f"{ctx.gpu.label} is sm{ctx.gpu.sm}: no flash (needs sm80+)",
             why + " Flash and cuDNN need Ampere (sm80) or newer; efficient runs on sm50+ (fp16/fp32, no bf16).",
             f"On the nearest sm80+ GPU in the catalog ({newer[0].label}):", after_call,
             ctx.estimate(after_call, newer[0]), gpu_after=newer[0])
+        return _with_plan(ctx, advice, gpu=newer[0].name, backend="auto")
     if blocker == "causal":
         after_call = dataclasses.replace(call, backend="auto")
         alt = ctx.estimate(after_call)
@@ -476,33 +492,41 @@ def rule_fits(ctx: _Context) -> list[Advice]:
 
 
 def _shares(base: dict) -> str:
-    return (f"attention {base['attention_share']:.0%}, FFN {base['ffn_share']:.0%}, "
-            f"embedding {base['embedding_share']:.0%} of forward time")
+    """The plan's time shares (plan.py `_times`: attention = q/k/v/o projections + core)."""
+    whole = "training step" if base.get("inputs", {}).get("mode") == "training" else "forward"
+    return (f"attention {base['attention_share']:.1%} (projections and core), FFN {base['ffn_share']:.1%}, "
+            f"embedding {base['embedding_share']:.1%} of the {whole} time")
 
 
-def rule_profile(ctx: _Context) -> list[Advice]:
+PASSIVE = ("fits", "attention-not-bottleneck", "split-prefill-decode", "log-backend")  # need no profile first
+
+
+def profile_first(ctx: _Context) -> Advice:
+    """Added whenever any other advice changes the kernel, the architecture or the parallelism (seed 000)."""
     base = ctx.base
-    out = []
-    if not (base["fits"] and ctx.selected() in FUSED):
-        out.append(Advice(
-            id="profile-first", title="Profile first: measure where the forward time and memory go",
-            why=f"Estimated {_shares(base)}; "
-                + ("it fits" if base["fits"] else "it does not fit" if base.get("supported", True)
-                   else f"backend {ctx.inputs.backend} cannot run it")
-                + f" and attention runs {ctx.selected()}. Seed 000: profile before choosing kernel, architecture "
-                  "or parallelism.",
-            expected_effect="Confirms which advice below applies: torch.profiler (ProfilerActivity.CUDA) sorted by "
-                            "cuda_time_total; at seq_len × 2, attention time should grow about 4× on the math path.",
-            bytes_before=base["total_bytes"], bytes_after=base["total_bytes"], time_metric=ctx.time_metric,
-            time_ms_before=ctx.time_ms(base), time_ms_after=ctx.time_ms(base)))
+    return Advice(
+        id="profile-first", title="Profile first: measure where the forward time and memory go",
+        why=f"Estimated {_shares(base)}; "
+            + ("it fits" if base["fits"] else "it does not fit" if base.get("supported", True)
+               else f"backend {ctx.inputs.backend} cannot run it")
+            + f" and attention runs {ctx.selected()}. Seed 000: profile before choosing kernel, architecture "
+              "or parallelism.",
+        expected_effect="Confirms which advice below applies: torch.profiler (ProfilerActivity.CUDA) sorted by "
+                        "cuda_time_total; at seq_len × 2, attention time should grow about 4× on the math path.",
+        bytes_before=base["total_bytes"], bytes_after=base["total_bytes"], time_metric=ctx.time_metric,
+        time_ms_before=ctx.time_ms(base), time_ms_after=ctx.time_ms(base))
+
+
+def rule_not_bottleneck(ctx: _Context) -> list[Advice]:
+    base, out = ctx.base, []
     share = base["attention_share"]
-    if share < ATTENTION_BOTTLENECK_SHARE:
+    if share < ATTENTION_BOTTLENECK_SHARE and base.get("supported", True):
         time_ms = ctx.time_ms(base)
         out.append(Advice(
             id="attention-not-bottleneck", title="Attention is not the bottleneck: look at the FFN and embedding",
             why=f"Estimated {_shares(base)}: attention is under {ATTENTION_BOTTLENECK_SHARE:.0%} (seed 000: below "
                 "that a faster kernel is not worth the effort; reduce FFN width, use fewer FFN/embedding bytes).",
-            expected_effect=f"Even an attention kernel taking no time at all would save at most {share:.0%}: "
+            expected_effect=f"Even an attention kernel taking no time at all would save at most {share:.1%}: "
                             f"{ctx.time_metric} {ms(time_ms)} → {ms(time_ms * (1 - share))} (upper bound).",
             bytes_before=base["total_bytes"], bytes_after=base["total_bytes"], time_metric=ctx.time_metric,
             time_ms_before=time_ms, time_ms_after=time_ms * (1 - share)))
@@ -542,14 +566,20 @@ def rule_over_budget(ctx: _Context) -> list[Advice]:
         return kv_advice
     over = base["total_bytes"] - capacity
     why_over = f"Total per GPU {gib(base['total_bytes'])} exceeds {gib(capacity)} by {gib(over)}"
-    if state > capacity:
+    best = ctx.plan(batch=dp, **({"checkpointing": "full"} if ctx.training else {}),
+                    **({"backend": "auto"} if inputs.backend in ("math", "eager") else {}))
+    batch_one_over = best is not None and not best["fits"]
+    if state > capacity or (batch_one_over and state > TP_STATE_SHARE * capacity):
         tp, after = _parallel_degree(ctx, "tp")
         if tp is not None:
+            parts = (f"weights {gib(base['weights_bytes'])}, gradients {gib(base['gradient_bytes'])}, optimizer "
+                     f"{gib(base['optimizer_bytes'])}" if ctx.training else f"weights {gib(base['weights_bytes'])}")
+            reason = ("more than one GPU: no kernel or sequence change can fix that" if state > capacity else
+                      f"{state / capacity:.0%} of the GPU, and even at batch 1 it does not fit: sharding the "
+                      "weights frees the most")
             out.append(_plan_advice(
                 ctx, "tensor-parallel", f"Tensor parallel over {tp} GPUs",
-                f"{why_over}; the model state alone (weights {gib(base['weights_bytes'])}, gradients "
-                f"{gib(base['gradient_bytes'])}, optimizer {gib(base['optimizer_bytes'])}) is {gib(state)}, more "
-                "than one GPU: no kernel or sequence change can fix that."
+                f"{why_over}; the model state alone ({parts}) is {gib(state)}, {reason}."
                 + (" (Sharding only the optimizer and gradients, ZeRO/FSDP, is the data-parallel alternative.)"
                    if ctx.training else ""),
                 f"Heads, FFN and vocabulary split {tp} ways (tp={tp}, {tp * inputs.cp * dp} GPUs).", after,
@@ -579,9 +609,7 @@ def rule_over_budget(ctx: _Context) -> list[Advice]:
                 "attention (seed 000). It costs about 20–30% more step time (seed 000; the estimate below "
                 "counts the recomputed forward).",
                 f"checkpointing {inputs.checkpointing} → {level}.", after, checkpointing=level))
-    best = ctx.plan(batch=dp, **({"checkpointing": "full"} if ctx.training else {}),
-                    **({"backend": "auto"} if inputs.backend in ("math", "eager") else {}))
-    if best is not None and not best["fits"] and state <= capacity:
+    if batch_one_over and state <= capacity:
         out.extend(_sequence_rules(ctx, why_over, best))
     return out + kv_advice
 
@@ -679,7 +707,8 @@ def _with_decode(advice: Advice, base: dict, after: dict) -> Advice:
     if base.get("decode_time_ms_per_token") is None or after.get("decode_time_ms_per_token") is None:
         return advice
     extra = (f" Decode {ms(base['decode_time_ms_per_token'])} → {ms(after['decode_time_ms_per_token'])} per token")
-    if base.get("max_batch") is not None and after.get("max_batch") is not None:
+    if base.get("max_batch") is not None and after.get("max_batch") is not None and (base["max_batch"]
+                                                                                       or after["max_batch"]):
         extra += f"; concurrent sequences that fit {base['max_batch']:,} → {after['max_batch']:,}"
     return dataclasses.replace(advice, expected_effect=advice.expected_effect + extra + ".")
 
@@ -711,7 +740,7 @@ def rule_operate(ctx: _Context) -> list[Advice]:
     return out
 
 
-RULES = (rule_fits, rule_profile, rule_eager, rule_fused, rule_over_budget, rule_operate)
+RULES = (rule_fits, rule_not_bottleneck, rule_eager, rule_fused, rule_over_budget, rule_operate)
 
 
 def advise(inputs, *, mask: str = "none", cached_len: int = 0, make_plan=None, estimate_call=None,
@@ -733,4 +762,6 @@ def advise(inputs, *, mask: str = "none", cached_len: int = 0, make_plan=None, e
     for rule in RULES:
         for advice in rule(ctx):
             found.setdefault(advice.id, advice)
+    if any(advice_id not in PASSIVE for advice_id in found):
+        found["profile-first"] = profile_first(ctx)
     return sorted(found.values(), key=lambda a: ADVICE_ORDER.index(a.id))

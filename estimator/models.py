@@ -50,6 +50,7 @@ class ModelSpec:
     patch_size: int = 0  # encoders only: patch side in pixels
     channels: int = 3
     max_positions: int | None = None  # the context the model was trained for (informational)
+    attn_logit_softcap: float | None = None  # Gemma-2: tanh soft-capping of the scores (not in SDPA's kernels)
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -170,7 +171,7 @@ PRESETS: dict[str, ModelSpec] = {m.name: m for m in (
     _llama("gemma-2-9b", 42, 3584, 16, 8, 14336, 256000,
            _HF.format("google/gemma-2-9b") + " 9,241,705,984", head_dim=256, tied_embeddings=True,
            norms_per_layer=4, window_per_layer=tuple(4096 if i % 2 == 0 else None for i in range(42)),
-           max_positions=8192),
+           max_positions=8192, attn_logit_softcap=50.0),
     ModelSpec(name="vit-l-16", kind="encoder", layers=24, hidden=1024, q_heads=16, kv_heads=16, head_dim=64,
               ffn=4096, vocab=1000, gated_ffn=False, norm="layernorm", qkv_bias=True, out_bias=True,
               mlp_bias=True, image_size=224, patch_size=16, source=_TV.format("vit_l_16") + ": 304,326,632"),
@@ -268,7 +269,8 @@ def from_hf_config(path_or_dict, name: str | None = None) -> ModelSpec:
         norms_per_layer=defaults.get("norms_per_layer", 2),
         qkv_bias=bool(cfg.get("attention_bias", defaults.get("qkv_bias", False))),
         out_bias=bool(cfg.get("attention_bias", False)), mlp_bias=bool(cfg.get("mlp_bias", False)),
-        max_positions=cfg.get("max_position_embeddings"), source=f"Hugging Face config.json ({model_type or '?'})")
+        max_positions=cfg.get("max_position_embeddings"), attn_logit_softcap=cfg.get("attn_logit_softcapping"),
+        source=f"Hugging Face config.json ({model_type or '?'})")
 
 
 def _hf_windows(cfg: dict, layers: int, defaults: dict) -> tuple[int | None, ...]:

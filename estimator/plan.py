@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from .config import BACKENDS, DTYPE_BITS, KV_DTYPE_BITS, MAX_SEQ_LEN, check_positive_int, normalize_dtype
+from .attention import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, estimate_call
+from .config import BACKENDS, DTYPE_BITS, KV_DTYPE_BITS, MAX_SEQ_LEN, AttentionCall, check_positive_int, normalize_dtype
 from .hardware import GPU, get_gpu
 from .models import ModelSpec
 
@@ -19,7 +20,9 @@ MODES = ("inference", "training")
 CHECKPOINTING = ("none", "selective", "full")
 LOGITS = ("last", "all")
 
-CUBLAS_WORKSPACE_BYTES = 32 * 2**20  # per (thread, stream): ../shared/reference/sdpa-internals.md §0.4 [M-GPU]
+# CUBLAS_WORKSPACE_BYTES: 32 MiB per (thread, stream) once a GEMM ran (sdpa-internals.md §0.4, measured);
+# CUDA_CONTEXT_BYTES: what PyTorch cannot hand out (context, kernel images), measured on the H200.
+# Both come from the attention estimator so that the plan and estimate_call agree.
 # Roofline efficiencies: ASSUMPTIONS, not yet calibrated on this project's measurements.
 # bench/bench_plan_gemm.py measures both on a GPU; replace these with its numbers.
 GEMM_EFFICIENCY = 0.70  # achieved / dense peak for large bf16 GEMMs (cuBLAS on A100/H100 typically 0.6-0.8)
@@ -212,9 +215,6 @@ class _LayerAttention:
 def _attention_layers(inputs: PlanInputs) -> list[_LayerAttention]:
     """One estimate_call per distinct window. Window w: the call is modelled with kv_len = min(seq_len, w) and
     no causal flag (every query sees a dense band of w keys): an assumption, since SDPA has no native window."""
-    from .attention import estimate_call  # lead's estimator; imported late so inputs validate without it
-    from .config import AttentionCall
-
     m, gpu = inputs.model, gpu_of(inputs)
     mode = "forward" if inputs.mode == "inference" else "forward_backward"
     out = []
@@ -328,12 +328,13 @@ def budget(inputs: PlanInputs) -> Plan:
         optimizer = params_gpu * (12 if es < 4 else 8)  # fp32 master + m + v (mixed), or m + v (fp32 training)
         workspace = 2 * CUBLAS_WORKSPACE_BYTES  # forward thread and autograd thread
         components = (("weights", weights), ("gradients", grads), ("optimizer state", optimizer),
-                      ("activations", activations), ("cuBLAS workspaces", workspace))
+                      ("activations", activations), ("cuBLAS workspaces", workspace),
+                      ("CUDA context", CUDA_CONTEXT_BYTES))
     else:
         grads = optimizer = 0
         workspace = CUBLAS_WORKSPACE_BYTES
         components = (("weights", weights), ("kv cache", kv_cache), ("activations (peak layer)", activations),
-                      ("cuBLAS workspace", workspace))
+                      ("cuBLAS workspace", workspace), ("CUDA context", CUDA_CONTEXT_BYTES))
     total = sum(c for _, c in components)
     capacity = gpu.memory_bytes
     fits = not unsupported and total <= capacity
@@ -463,8 +464,9 @@ def _assumptions(inputs: PlanInputs) -> tuple[str, ...]:
            f"Times are roofline estimates: GEMM efficiency {GEMM_EFFICIENCY:.0%} of dense peak and "
            f"{HBM_EFFICIENCY:.0%} of HBM bandwidth (assumed, not yet calibrated), attention cores from the "
            "attention estimator; communication is not modelled.",
-           f"A cuBLAS workspace of {CUBLAS_WORKSPACE_BYTES // 2**20} MiB per thread is counted; the CUDA context "
-           "and allocator fragmentation are not (they are outside torch.cuda.memory_allocated)."]
+           f"Counted: a cuBLAS workspace of {CUBLAS_WORKSPACE_BYTES // 2**20} MiB per thread and the CUDA context "
+           f"({CUDA_CONTEXT_BYTES:,} B, measured on an H200 with torch 2.11, assumed for every GPU); "
+           "not counted: allocator fragmentation and NCCL buffers."]
     if inputs.mode == "inference":
         out.append("Inference = prefill of seq_len tokens keeping the KV cache (payload only, no quantisation "
                    f"scales), logits for {'all positions' if inputs.logits == 'all' else 'the last position'} "
@@ -481,6 +483,11 @@ def _assumptions(inputs: PlanInputs) -> tuple[str, ...]:
                    "call (a kernel with window support, e.g. flash-attn window_size, or chunked prefill) and its KV "
                    "cache keeps min(seq_len, w) tokens. SDPA has no window argument: through SDPA a window needs a "
                    "dense mask, which rules out flash and makes the math path materialise seq_len².")
+    if m.attn_logit_softcap:
+        out.append(f"{m.name} soft-caps attention scores (tanh, cap {m.attn_logit_softcap:g}); SDPA's fused kernels "
+                   "cannot, so the plan assumes a kernel that can (flash-attn >= 2.6, FlexAttention) or capping "
+                   "dropped at inference. The Hugging Face eager path keeps capping and materialises the scores: "
+                   "plan it with --backend eager.")
     if inputs.tp > 1:
         out.append("Tensor parallel: heads, FFN columns and vocabulary split (Megatron-LM); kv heads copied when "
                    "tp exceeds kv_heads; residual stream and norms replicated (no sequence parallelism).")

@@ -24,30 +24,43 @@ def _fits(inputs: PlanInputs, **changes) -> bool:
         return False
 
 
-def _largest(fits, low: int, high: int) -> int:
-    """Largest x in [low, high] with fits(x), given fits is monotone decreasing; low - 1 when none fits."""
-    if not fits(low):
-        return low - 1
-    if fits(high):
-        return high
-    while high - low > 1:  # invariant: fits(low), not fits(high)
-        mid = (low + high) // 2
+def _largest(fits, low: int, high: int, start: int) -> int:
+    """Largest x in [low, high] with fits(x), given fits is monotone decreasing; low - 1 when none fits.
+    Gallops up from `start` by doubling, so absurd sizes (where int64 FLOP counts overflow) are only
+    evaluated when everything below them fits."""
+    start = min(max(start, low), high)
+    if fits(start):
+        ok, bad = start, None
+        while bad is None:
+            trial = min(ok * 2, high)
+            if trial == ok:
+                return ok
+            if fits(trial):
+                ok = trial
+            else:
+                bad = trial
+    else:
+        if not fits(low):
+            return low - 1
+        ok, bad = low, start
+    while bad - ok > 1:  # invariant: fits(ok), not fits(bad)
+        mid = (ok + bad) // 2
         if fits(mid):
-            low = mid
+            ok = mid
         else:
-            high = mid
-    return low
+            bad = mid
+    return ok
 
 
 def max_seq_len(inputs: PlanInputs, limit: int = MAX_SEQ_LEN) -> int:
-    """Largest seq_len (multiple-free, ≥ cp) that fits at this batch; 0 when even the shortest does not fit."""
-    found = _largest(lambda n: _fits(inputs, seq_len=n), inputs.cp, limit)
+    """Largest seq_len (≥ cp) that fits at this batch; 0 when even the shortest does not fit."""
+    found = _largest(lambda n: _fits(inputs, seq_len=n), inputs.cp, limit, inputs.seq_len)
     return max(found, 0) if found >= inputs.cp else 0
 
 
 def max_batch(inputs: PlanInputs, limit: int = MAX_BATCH) -> int:
     """Largest global batch that fits at this seq_len; 0 when batch 1 does not fit."""
-    return max(_largest(lambda bt: _fits(inputs, batch=bt), 1, limit), 0)
+    return max(_largest(lambda bt: _fits(inputs, batch=bt), 1, limit, inputs.batch), 0)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -115,7 +115,9 @@ class _Context:
         self.base = self.plan(solve=True)
         if self.base is None:
             raise ValueError("inputs: the plan cannot be computed for these inputs")
-        self.call = attention_call(inputs, mask=mask)
+        # SDPA refuses is_causal together with attn_mask: a given dense mask replaces the causal flag
+        self.call = attention_call(inputs, mask=mask, **({"causal": False} if mask != "none" else {}))
+        self.decoder = inputs.model.kind == "decoder"
         if cached_len:
             if not 0 < cached_len < self.call.kv_len:
                 raise ValueError(f"cached_len: must be between 0 and seq_len per GPU ({self.call.kv_len}), "
@@ -236,7 +238,7 @@ def _half_dtype(ctx: _Context) -> str:
 def _fused_fix(ctx: _Context) -> tuple[AttentionCall, object] | None:
     """The fewest changes, applied in this order, after which SDPA runs a fused backend: let PyTorch choose,
     16-bit instead of fp32, is_causal instead of a dense mask, head_dim padded to a multiple of 8."""
-    steps = [dict(backend="auto"), dict(dtype=_half_dtype(ctx)), dict(mask="none"),
+    steps = [dict(backend="auto"), dict(dtype=_half_dtype(ctx)), dict(mask="none", causal=ctx.decoder),
              dict(head_dim=-(-ctx.call.head_dim // 8) * 8)]
     call = ctx.call
     for step in steps:
@@ -395,12 +397,15 @@ def _flash_blocker_advice(ctx: _Context, blocker: str, flash_reasons: str) -> Ad
             ("Efficient can run it as is." if others else "No fused backend takes it: the estimate is for a model "
              "with head_dim 256 (an architecture change)."), after_call, ctx.estimate(after_call))
     if blocker == "mask":
-        after_call = dataclasses.replace(call, mask="none", causal=True, backend="auto")
+        after_call = dataclasses.replace(call, mask="none", causal=ctx.decoder, backend="auto")
         return _call_advice(
-            ctx, "flash-ineligible-mask", "Replace the dense mask by is_causal=True",
+            ctx, "flash-ineligible-mask", "Replace the dense mask by is_causal=True" if ctx.decoder else
+            "Drop the dense mask",
             why + f" Any attn_mask rules out flash; a dense ({call.batch}, 1, {call.q_len}, {call.kv_len}) "
                   f"{call.mask} mask also costs its own bytes and, on the math path, a converted additive copy.",
-            "If the mask is causal, pass is_causal=True and no mask.", after_call, ctx.estimate(after_call))
+            ("If the mask is the causal mask, pass is_causal=True and no mask." if ctx.decoder else
+             "If the mask only hides padding, pack or bucket sequences of equal length and pass no mask."),
+            after_call, ctx.estimate(after_call))
     if blocker == "gpu":
         newer = sorted((g for g in CATALOG.values() if g.sm >= 80 and g.memory_bytes >= ctx.gpu.memory_bytes),
                        key=lambda g: (g.memory_bytes, g.name))

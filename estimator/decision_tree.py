@@ -79,7 +79,8 @@ TREE = Node(
             key="over-budget",
             text="Which term is over budget?",
             branches=(
-                ("model state alone (weights, gradients, optimizer) exceeds one GPU", _leaf(
+                ("model state (weights, gradients, optimizer) exceeds one GPU, or fills over half of it "
+                 "while batch 1 is still over", _leaf(
                     "model-state", "Shard the weights: tensor parallel over more GPUs.", "tensor-parallel")),
                 ("fits at batch 1, not at this batch", _leaf("batch", "Reduce the batch first.", "reduce-batch")),
                 ("training activations", _leaf(

@@ -35,7 +35,7 @@ def check_effect(inputs, advice, mask, cached_len):
         elif advice.bytes_after is not None:
             assert advice.bytes_after == advice.bytes_before
     elif advice.bytes_metric == "attention peak_extra_bytes per layer call":
-        call = attention_call(inputs, mask=mask)
+        call = attention_call(inputs, mask=mask, **({"causal": False} if mask != "none" else {}))
         if cached_len:
             call = replace(call, q_len=call.kv_len - cached_len)
         gpu = get_gpu(change.pop("gpu", inputs.gpu))
@@ -119,7 +119,7 @@ def test_flash_ineligible_head_dim_only_above_256():
 def test_flash_ineligible_mask():
     found = run(mask="bool", backend="math")
     advice = found["flash-ineligible-mask"]
-    assert dict(advice.change) == {"backend": "auto", "mask": "none"}
+    assert dict(advice.change) == {"backend": "auto", "mask": "none", "causal": True}
     assert "is_causal" in advice.title
     assert "flash-ineligible-mask" not in run(backend="math")
 

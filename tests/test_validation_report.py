@@ -87,17 +87,29 @@ def test_doubling_table_reports_time_ratios_per_doubling():
     (dict(dtype="bfloat16", kv_heads=2), (8, 0)),  # + two repeat_interleave copies
     (dict(dtype="float16", mask="bool"), (8, 1)),
     (dict(dtype="float16", mask="float", dropout=0.1), (8, 0)),
-    (dict(dtype="bfloat16", mode="forward_backward"), (15, 0)),
-    (dict(dtype="float32", mode="forward_backward", causal=1, kv_heads=2), (4 + 2 + 3 + 7 + 1 + 1, 2)),
+    (dict(dtype="bfloat16", mode="forward_backward"), (16, 0)),
+    (dict(dtype="float32", mode="forward_backward", causal=1, kv_heads=2), (4 + 2 + 3 + 8 + 1 + 1, 2)),
+    # H200 rows of validation/data/h200_calibration.csv (torch 2.11) where 32-bit splits multiply launches:
+    (dict(dtype="float16", batch=8, q_heads=32, kv_heads=4, head_dim=128, q_len=3000, kv_len=3000, causal=1), (31, 1)),
+    (dict(dtype="float32", batch=4, q_heads=4, kv_heads=4, head_dim=128, q_len=16384, kv_len=16384, dropout=0.1,
+          mode="forward_backward"), (42, 0)),
+    (dict(dtype="bfloat16", batch=4, q_heads=32, kv_heads=8, head_dim=128, q_len=1, kv_len=131072), (10, 0)),
 ])
 def test_expected_eager_kernel_counts(call, expected):
-    r = {"dtype": "bfloat16", "q_heads": 8, "kv_heads": 8, "causal": 0, "mask": "none", "dropout": 0.0,
-         "mode": "forward", **call}
+    r = {"dtype": "bfloat16", "batch": 1, "q_heads": 8, "kv_heads": 8, "head_dim": 64, "q_len": 1024,
+         "kv_len": 1024, "causal": 0, "mask": "none", "dropout": 0.0, "mode": "forward", **call}
     assert report.expected_eager_kernels(r) == expected
 
 
+def test_tensor_iterator_splits_past_32_bit_offsets():
+    assert report.launches((1, 16, 8192, 8192), 2) == 1  # 2**31 bytes: the last offset is 2**31 - 1
+    assert report.launches((1, 16, 8192, 8192), 4) == 2
+    assert report.launches((1, 16, 16384, 16384), 2) == 4
+    assert report.launches((3, 2**30), 1) == 3  # 3 -> 1 + 2 -> 1 + (1 + 1)
+
+
 def test_kernel_table_sets_eager_beside_fused_backends():
-    df = frame(row(backend="eager", n_kernels=6), row(backend="eager", n_kernels=7),
+    df = frame(row(backend="eager", n_kernels=6), row(backend="eager", n_kernels=7),  # B1 H8 L1024 D64 bf16
                row(backend="cudnn", n_kernels=1), row(backend="math", n_kernels=20),
                row(backend="eager", n_kernels=9, causal=1))
     table = report.kernel_table(df).set_index("variant")

@@ -251,27 +251,68 @@ def variant_label(r) -> str:
     return " ".join(parts)
 
 
+INT32_MAX = 2**31 - 1
+
+
+def launches(shape: tuple[int, ...], element_bytes: int) -> int:
+    """Kernel launches of one TensorIterator op whose largest operand is a contiguous `shape` tensor:
+    past 2**31 - 1 elements or bytes of offset, TensorIterator halves the outermost splittable dimension
+    until every piece fits 32-bit indexing, one launch per piece (TensorIterator.cpp: can_use_32bit_indexing,
+    SplitUntil32Bit; split gives size // 2 and size - size // 2)."""
+    strides, acc = [], 1
+    for size in reversed(shape):
+        strides.insert(0, acc * element_bytes)
+        acc *= size
+
+    def count(sizes: tuple[int, ...]) -> int:
+        numel = 1
+        for size in sizes:
+            numel *= size
+        offset = 1 + sum((size - 1) * stride for size, stride in zip(sizes, strides, strict=True))
+        if numel <= INT32_MAX and offset <= INT32_MAX:
+            return 1
+        dim = max(range(len(sizes)), key=lambda d: (sizes[d] - 1) * strides[d])
+        half = sizes[dim] // 2
+        return (count(sizes[:dim] + (half,) + sizes[dim + 1:])
+                + count(sizes[:dim] + (sizes[dim] - half,) + sizes[dim + 1:]))
+
+    return count(tuple(int(x) for x in shape))
+
+
 def expected_eager_kernels(r) -> tuple[int, int]:
     """(CUDA kernels, device-to-device memcpys) that validation/eager.py launches for one call, counted
     the way protocol.ran_backend_and_kernels counts (Memcpy/Memset excluded from n_kernels).
 
-    Guess written before looking (seed 004), op by op, for dense contiguous inputs:
-      forward  q@kᵀ 1 GEMM · ×D^-½ 1 · [.float() 1, 16-bit] · softmax 1 · [.to(dtype) 1, 16-bit] · p@v 1 GEMM
-               GQA +2 (repeat_interleave = expand + clone, one copy kernel each for k and v)
-               causal +3 (ones fill, triu, masked_fill_) and 1 memcpy (the out-of-place clone)
-               bool mask +2 (~mask, masked_fill_) and 1 memcpy; float mask +1 (add); dropout +1 (fused dropout)
-      backward p@v 2 GEMMs · [cast 1] · softmax backward 1 · [cast 1] · ×D^-½ 1 · q@kᵀ 2 GEMMs ·
-               k.grad layout copy 1 (the kᵀ GEMM's grad is transposed; AccumulateGrad clones it)
-               GQA +2 sums −1 (the sum output is contiguous, so no layout copy) · causal or bool mask +1 and
-               1 memcpy (grad.masked_fill) · dropout +1 (masked scale) · float mask 0.
-    Assumes one kernel per GEMM; cuBLAS split-K (long kv_len, decode) adds a reduction kernel."""
+    Written op by op before looking at the traces (seed 004), then corrected where the H200 data said
+    otherwise (the softmax-backward product and TensorIterator's 32-bit splits). `E(x)` is
+    launches(x): 1 below 2**31 bytes. P = (B, Hq, L, S) scores, es the input element size.
+      forward  GQA: repeat_interleave (expand + clone) E(KE) for k and for v · q@kᵀ 1 GEMM · ×D^-½ E(P·es)
+               · causal: ones E(L·S), triu 1, memcpy, masked_fill_ E(P·es) · bool mask: ~mask E(B·L·S),
+               memcpy, masked_fill_ E(P·es) · float mask: add E(P·es) · 16-bit: .float() E(P·4)
+               · softmax 1 · 16-bit: .to(dtype) E(P·4) · dropout 1 (fused, 64-bit indexing) · p@v 1 GEMM
+      backward p@v 2 GEMMs · dropout: masked scale E(P·es) · 16-bit: cast E(P·4) · softmax backward
+               E(P·4) + 1 (CUDA first computes tmp = grad·p: SoftMax.cu softmax_backward_cuda_out; the
+               CPU kernel has no tmp) · 16-bit: cast E(P·4) · causal or bool mask: memcpy + masked_fill_
+               E(P·es) · ×D^-½ E(P·es) · q@kᵀ 2 GEMMs · GQA: two sums E(KE) (repeat_interleave backward)
+               · no GQA: k.grad layout copy E(K) (the kᵀ GEMM's grad is transposed; AccumulateGrad clones it)
+    One kernel per GEMM held in every H200 row so far (torch 2.11, cuBLAS); a split-K GEMM would add one."""
     half = r["dtype"] != "float32"
-    gqa = int(r["kv_heads"]) != int(r["q_heads"])
+    es = 4 if not half else 2
+    B, Hq, Hk = int(r["batch"]), int(r["q_heads"]), int(r["kv_heads"])
+    L, S, D = int(r["q_len"]), int(r["kv_len"]), int(r.get("head_dim", 64))
+    gqa = Hk != Hq
     causal, mask, dropout = _flag(r["causal"]), r["mask"], float(r["dropout"] or 0) > 0
-    kernels = 4 + 2 * half + 2 * gqa + 3 * causal + 2 * (mask == "bool") + (mask == "float") + dropout
+    P = (B, Hq, L, S)
+    scores, scores32 = launches(P, es), launches(P, 4)
+    kv_rep = launches((B, Hk, Hq // Hk, S, D), es)
+    kernels = 2 + scores + 2 * kv_rep * gqa + 1 + 2 * scores32 * half + dropout
+    kernels += (launches((L, S), 1) + 1 + scores) * causal
+    kernels += (launches((B, 1, L, S), 1) + scores) * (mask == "bool") + scores * (mask == "float")
     memcpy = causal + (mask == "bool")
     if r["mode"] == "forward_backward":
-        kernels += 7 + 2 * half + gqa + causal + (mask == "bool") + dropout
+        kernels += 4 + scores * dropout + 2 * scores32 * half + scores32 + 1 + scores
+        kernels += scores * (causal + (mask == "bool"))
+        kernels += 2 * kv_rep if gqa else launches((B, Hk, S, D), es)
         memcpy += causal + (mask == "bool")
     return int(kernels), int(memcpy)
 

@@ -167,11 +167,16 @@ def _plan_advice(ctx: _Context, advice_id: str, title: str, why: str, effect: st
     if after is not None:
         text += (f" Total per GPU {gib(before['total_bytes'])} → {gib(after['total_bytes'])} "
                  f"({'fits' if after['fits'] else 'does not fit'} in {gib(after['capacity_bytes'])}); "
-                 f"{ctx.time_metric} {ms(ctx.time_ms(before))} → {ms(ctx.time_ms(after))}.")
+                 f"{ctx.time_metric} {ms(ctx.time_ms(before))} → {ms(ctx.time_ms(after))}"
+                 f"{_percent(ctx.time_ms(before), ctx.time_ms(after))}.")
     return Advice(id=advice_id, title=title, why=why, expected_effect=text, change=tuple(changes.items()),
                   bytes_before=before["total_bytes"], bytes_after=None if after is None else after["total_bytes"],
                   time_metric=ctx.time_metric, time_ms_before=ctx.time_ms(before),
                   time_ms_after=None if after is None else ctx.time_ms(after))
+
+
+def _percent(before: float, after: float) -> str:
+    return f" ({(after - before) / before:+.0%})" if before else ""
 
 
 def _times(time_ms: float | None, count: int) -> float | None:
@@ -598,25 +603,30 @@ def rule_over_budget(ctx: _Context) -> list[Advice]:
                 "larger batch, so reduce the batch first (seed 000) and accumulate gradients or queue requests.",
                 f"Batch {inputs.batch:,} → {batch:,}.", after, batch=batch))
     if ctx.training and inputs.checkpointing != "full":
-        options = [c for c in ("selective", "full") if c != inputs.checkpointing][-2:]
-        level, after = None, None
-        for option in options:
-            level, after = option, ctx.plan(checkpointing=option)
-            if after is not None and after["fits"]:
-                break
-        if after is not None:
-            detail = base.get("activation_detail") or {}
-            where = ", ".join(f"{k} {gib(v)}" for k, v in sorted(detail.items(), key=lambda kv: -kv[1])[:3])
-            out.append(_plan_advice(
-                ctx, "activation-checkpointing", f"Activation checkpointing ({level})",
-                f"{why_over}; training activations are {gib(base['activation_bytes'])} per GPU"
-                + (f" (largest: {where})" if where else "") + ". Checkpoint where the activations are: FFN or "
-                "attention (seed 000). It costs about 20–30% more step time (seed 000; the estimate below "
-                "counts the recomputed forward).",
-                f"checkpointing {inputs.checkpointing} → {level}.", after, checkpointing=level))
+        out.extend(_checkpointing(ctx, why_over))
     if batch_one_over and state <= capacity:
         out.extend(_sequence_rules(ctx, why_over, best))
     return out + kv_advice
+
+
+def _checkpointing(ctx: _Context, why_over: str) -> list[Advice]:
+    """Where the activations are, from the plan re-run with each checkpointing level: selective recomputes the
+    attention core (Korthikanti et al. 2022 §4.2), full recomputes the whole layer, FFN included. The cheapest
+    level that fits is advised, else full."""
+    base, current = ctx.base, ctx.inputs.checkpointing
+    levels = {level: ctx.plan(checkpointing=level) for level in ("selective", "full") if level != current}
+    levels = {k: v for k, v in levels.items() if v is not None}
+    if not levels:
+        return []
+    level = next((k for k, v in levels.items() if v["fits"]), list(levels)[-1])
+    saved = "; ".join(f"{k} (recompute the {'attention core' if k == 'selective' else 'whole layer, FFN too'}) "
+                      f"saves {gib(base['total_bytes'] - v['total_bytes'])}" for k, v in levels.items())
+    return [_plan_advice(
+        ctx, "activation-checkpointing", f"Activation checkpointing ({level})",
+        f"{why_over}; training activations are {gib(base['activation_bytes'])} per GPU. Checkpoint where the "
+        f"activations are (seed 000): {saved}. Seed 000 expects 20–30% more step time; the estimate below "
+        "counts the recomputation.",
+        f"checkpointing {current} → {level}.", levels[level], checkpointing=level)]
 
 
 def _parallel_degree(ctx: _Context, field: str) -> tuple[int | None, dict | None]:

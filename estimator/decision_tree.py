@@ -38,7 +38,7 @@ TREE = Node(
     text="Start from the estimator's plan for the workload (python -m estimator plan).",
     branches=(
         ("it fits", _leaf("fits", "Say so, with the headroom (capacity minus total bytes per GPU).", "fits")),
-        ("first, always", Node(
+        ("before any change below", Node(
             key="profile",
             text="Profile before changing anything: attention / FFN / embedding share of forward time "
                  "(torch.profiler, sort by cuda_time_total).",
@@ -62,8 +62,9 @@ TREE = Node(
                             "head-dim", "flash takes any head_dim ≤ 256 (it pads to a multiple of 8 itself); "
                                         "efficient and cuDNN need head_dim % 8 == 0 (cuDNN also ≤ 128): pad it.",
                             "flash-ineligible-head-dim", "pad-head-dim")),
-                        ("a dense mask", _leaf("mask", "Replace a causal dense mask by is_causal=True.",
-                                               "flash-ineligible-mask")),
+                        ("a dense mask", _leaf(
+                            "mask", "Replace a causal dense mask by is_causal=True (drop a padding-only mask).",
+                            "flash-ineligible-mask")),
                         ("GPU older than sm80", _leaf("gpu", "No flash before Ampere: efficient, or another GPU.",
                                                       "flash-ineligible-gpu")),
                         ("causal with q_len ≠ kv_len", _leaf(
@@ -87,7 +88,7 @@ TREE = Node(
                     "activations", "Activation checkpointing where the activations are (FFN or attention); "
                                    "+20–30% step time.",
                     "activation-checkpointing")),
-                ("KV cache dominates (inference)", _leaf(
+                ("KV cache dominates decode (inference; advised even when it fits)", _leaf(
                     "kv-cache", "Shrink the cache: fewer KV heads (GQA/MQA), a quantised KV cache.",
                     "kv-cache-quantization", "gqa")),
                 ("still over budget at batch 1", _leaf(

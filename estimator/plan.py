@@ -302,11 +302,17 @@ def budget(inputs: PlanInputs) -> Plan:
     else:
         stored = transient = 0
         out_bytes = q_bytes
+        worst: dict[str, int] = {}
         for a in attn:
             est = a.memory
             retained = est.forward_retained_bytes or 0
+            if materialises and inputs.cp > 1:  # every ring block's score matrix is saved, not just one
+                retained *= inputs.cp
             qkv_saved = 0 if selected == "math" else q_bytes + kv_new  # math saves fp32 copies (in retained)
             none_layer = norm_save + resid + qkv_saved + retained + ffn_save
+            if none_layer > sum(worst.values()):
+                worst = {"layer_attention_bytes": resid + qkv_saved + retained, "layer_ffn_bytes": ffn_save,
+                         "layer_norms_bytes": norm_save}
             attn_bwd = max(0, (est.peak_extra_bytes or 0) - retained)
             if inputs.checkpointing == "none":
                 layer, bwd = none_layer, max(attn_bwd, 2 * b * n * F * es)
@@ -321,7 +327,8 @@ def budget(inputs: PlanInputs) -> Plan:
         rows = b * n if m.kind == "decoder" else b
         logits_phase = resid + rows * V * (es + 4 + 4)  # logits, fp32 copy, fp32 log-softmax saved by the loss
         activations = stored + max(transient, logits_phase)
-        detail.update(stored_layers_bytes=stored, backward_transient_bytes=transient, logits_phase_bytes=logits_phase)
+        detail.update(stored_layers_bytes=stored, backward_transient_bytes=transient, logits_phase_bytes=logits_phase,
+                      **worst)
 
     if training:
         grads = params_gpu * es

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from .config import MAX_SEQ_LEN
 from .hardware import CATALOG
-from .plan import PlanInputs, budget
+from .plan import CUDA_CONTEXT_BYTES, PlanInputs, budget, element_bytes, params_per_gpu
 
 MAX_BATCH = 1 << 20
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64)
@@ -74,8 +74,9 @@ class GpuChoice:
 
 
 def smallest_gpu(inputs: PlanInputs, counts: tuple[int, ...] = GPU_COUNTS) -> list[GpuChoice]:
-    """For each catalog GPU, the fewest GPUs (tensor parallel first, then context parallel) on which the plan
-    fits, sorted by total memory bought (count × memory) then count. An empty list means it fits nowhere."""
+    """For each catalog GPU, the fewest GPUs per data-parallel replica (tensor parallel first, then context
+    parallel) on which the plan fits, sorted by total memory bought (count × memory) then count. `gpus` in each
+    choice counts every replica. An empty list means it fits nowhere."""
     choices = []
     for name, gpu in CATALOG.items():
         for count in counts:
@@ -84,17 +85,27 @@ def smallest_gpu(inputs: PlanInputs, counts: tuple[int, ...] = GPU_COUNTS) -> li
                 cp = count // tp
                 try:
                     trial = replace(inputs, gpu=name, gpus=count * inputs.dp, tp=tp, cp=cp)
+                    if model_state_bytes(trial) + CUDA_CONTEXT_BYTES > gpu.memory_bytes:
+                        continue  # weights (and training state) alone overflow: skip the attention estimates
                     plan = budget(trial)
                 except ValueError:
                     continue
                 if plan.fits:
-                    choices.append(GpuChoice(gpu=name, gpus=count, tp=tp, cp=cp, total_bytes=plan.total_bytes,
-                                             capacity_bytes=gpu.memory_bytes))
+                    choices.append(GpuChoice(gpu=name, gpus=count * inputs.dp, tp=tp, cp=cp,
+                                             total_bytes=plan.total_bytes, capacity_bytes=gpu.memory_bytes))
                     done = True
                     break
             if done:
                 break
     return sorted(choices, key=lambda c: (c.gpus * c.capacity_bytes, c.gpus))
+
+
+def model_state_bytes(inputs: PlanInputs) -> int:
+    """Per-GPU weights, plus gradients and AdamW state when training: a lower bound on the plan's total."""
+    per_param = element_bytes(inputs.dtype)
+    if inputs.mode == "training":
+        per_param = 2 * per_param + (12 if per_param < 4 else 8)
+    return params_per_gpu(inputs) * per_param
 
 
 def _divisors(count: int) -> list[int]:

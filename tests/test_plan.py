@@ -250,3 +250,20 @@ def test_smallest_gpu_prefers_the_least_memory():
     bought = [c.gpus * c.capacity_bytes for c in choices]
     assert bought == sorted(bought)
     assert all(c.total_bytes <= c.capacity_bytes for c in choices)
+
+
+def test_selective_recompute_matches_korthikanti_without_dropout():
+    # Korthikanti et al. 2022, eq. (2) with selective recomputation: 34·s·b·h bytes per layer for a GPT layer
+    # (LayerNorm, 4h GELU MLP, MHA, 16-bit, with dropout). Without the two dropout masks (s·b·h each): 32·s·b·h.
+    from estimator.models import ModelSpec
+
+    gpt = ModelSpec(name="gpt", layers=4, hidden=2048, q_heads=16, kv_heads=16, head_dim=128, ffn=8192, vocab=50304,
+                    gated_ffn=False, norm="layernorm")
+    b, s, h = 2, 2048, 2048
+    plan = plan_budget(PlanInputs(model=gpt, seq_len=s, batch=b, mode="training", checkpointing="selective",
+                                  gpu="h200"))
+    assert plan.activation_detail["stored_layers_bytes"] == 4 * 32 * s * b * h
+    none = plan_budget(PlanInputs(model=gpt, seq_len=s, batch=b, mode="training", gpu="h200"))
+    detail = none.activation_detail
+    assert detail["layer_ffn_bytes"] == 18 * s * b * h  # Korthikanti's 19·sbh minus the dropout mask
+    assert detail["layer_norms_bytes"] == 4 * s * b * h

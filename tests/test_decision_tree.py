@@ -52,3 +52,12 @@ def test_node_validation_names_the_field():
         Node(key="", text="t")
     with pytest.raises(ValueError, match="branches"):
         Node(key="k", text="t", branches=(("", Node(key="c", text="c")),))
+
+
+def test_docs_show_the_current_tree():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "advice.md").read_text(encoding="utf-8")
+    assert render_tree() in doc, "docs/advice.md is out of date: paste `python -m estimator advise --tree`"
+    for advice_id in ADVICE_ORDER:
+        assert f"`{advice_id}`" in doc, advice_id

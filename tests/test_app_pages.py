@@ -43,6 +43,11 @@ def submit(at: AppTest, label: str) -> AppTest:
     return at
 
 
+def frame_with(at: AppTest, column: str) -> pd.DataFrame:
+    """The first st.dataframe on the page that has this column (AppTest does not look data frames up by key)."""
+    return next(d.value for d in at.dataframe if column in d.value.columns)
+
+
 def gib_text(value: int) -> str:
     return f"{value / 2**30:,.2f} GiB"
 
@@ -149,7 +154,7 @@ def test_trace_page_percentiles_and_bad_file():
     at.file_uploader(key="trace_file").upload("trace.csv", f"prompt_tokens\n{lengths}\n".encode(), "text/csv")
     at.run()
     assert not at.exception
-    table = at.dataframe(key="trace_table").value
+    table = frame_with(at, "percentile")
     assert list(table["percentile"]) == ["P50", "P90", "P99"] and list(table["n"]) == [1000, 1000, 20000]
     at.file_uploader(key="trace_file").upload("bad.csv", b"a,b\n1,2\n", "text/csv")
     at.run()
@@ -171,7 +176,7 @@ def test_validate_without_gpu_shows_command_and_reads_upload(monkeypatch):
     at.file_uploader(key="validate_upload").upload("measured.csv", rows.to_csv(index=False).encode(), "text/csv")
     at.run()
     assert not at.exception
-    table = at.dataframe(key="validate_result_table").value
+    table = frame_with(at, "ran_backend")
     assert table["ran_backend"][0] == "flash" and pd.notna(table["relative_error"][0])
     at.file_uploader(key="validate_upload").upload("other.csv", b"a,b\n1,2\n", "text/csv")
     at.run()
@@ -196,7 +201,7 @@ def test_validate_with_mocked_gpu_runs_guarded_job(monkeypatch):
     at.run()
     assert not at.exception
     assert len(calls) == 2  # inference plan: the prefill call and one decode step
-    table = at.dataframe(key="validate_result_table").value
+    table = frame_with(at, "ran_backend")
     assert list(table["ran_backend"]) == ["flash", "flash"]
 
 
@@ -205,7 +210,7 @@ def test_validate_guard_blocks_calls_that_do_not_fit(monkeypatch):
     monkeypatch.setattr(ui.gpu, "cuda_status", lambda: {"name": "tiny", "free_bytes": 1 << 30, "total_bytes": 2 << 30})
     monkeypatch.setattr(ui.gpu, "measure", lambda call: pytest.fail("a blocked call was measured"))
     at = app("pages/validate.py")
-    guard = at.dataframe(key="validate_guard").value
+    guard = frame_with(at, "blocked_because")
     assert not guard["allowed"].any() and guard["blocked_because"].str.contains("guard allows").any()
 
 

@@ -472,10 +472,10 @@ def _gqa_expansion(ctx: _Context, selected: str, fix) -> Advice:
            "in torch 2.11.")
     if fix is None or fix[1].selected_backend == "efficient":
         after_call = dataclasses.replace(call, backend="math", kv_heads=call.q_heads)
-        return _call_advice(ctx, "math-gqa-expansion", "GQA on the math path expands K and V", why,
+        return _call_advice(ctx, "math-gqa-expansion", f"GQA on the {selected} path expands K and V", why,
                             "No fused GQA backend runs here; the math path with ungrouped K/V is shown for "
                             "comparison.", after_call, ctx.estimate(after_call))
-    return _call_advice(ctx, "math-gqa-expansion", "GQA on the math path expands K and V", why,
+    return _call_advice(ctx, "math-gqa-expansion", f"GQA on the {selected} path expands K and V", why,
                         f"On {fix[1].selected_backend} the copies disappear.", *fix)
 
 
@@ -580,7 +580,7 @@ def rule_over_budget(ctx: _Context) -> list[Advice]:
                     **({"backend": "auto"} if inputs.backend in ("math", "eager") else {}))
     batch_one_over = best is not None and not best["fits"]
     if state > capacity or (batch_one_over and state > TP_STATE_SHARE * capacity):
-        tp, after = _parallel_degree(ctx, "tp")
+        tp, gpus, after = _parallel_degree(ctx, "tp")
         if tp is not None:
             parts = (f"weights {gib(base['weights_bytes'])}, gradients {gib(base['gradient_bytes'])}, optimizer "
                      f"{gib(base['optimizer_bytes'])}" if ctx.training else f"weights {gib(base['weights_bytes'])}")
@@ -592,8 +592,7 @@ def rule_over_budget(ctx: _Context) -> list[Advice]:
                 f"{why_over}; the model state alone ({parts}) is {gib(state)}, {reason}."
                 + (" (Sharding only the optimizer and gradients, ZeRO/FSDP, is the data-parallel alternative.)"
                    if ctx.training else ""),
-                f"Heads, FFN and vocabulary split {tp} ways (tp={tp}, {tp * inputs.cp * dp} GPUs).", after,
-                tp=tp, gpus=tp * inputs.cp * dp))
+                f"Heads, FFN and vocabulary split {tp} ways (tp={tp} on {gpus} GPUs).", after, tp=tp, gpus=gpus))
     if inputs.batch_per_gpu > 1 and state <= capacity:
         batch, after = _solved(ctx, "batch", "max_batch", dp, inputs.batch - 1)
         if batch is not None:
@@ -629,17 +628,19 @@ def _checkpointing(ctx: _Context, why_over: str) -> list[Advice]:
         f"checkpointing {current} → {level}.", levels[level], checkpointing=level)]
 
 
-def _parallel_degree(ctx: _Context, field: str) -> tuple[int | None, dict | None]:
-    """Smallest tp (or cp) of 2, 4, 8, 16, 32, 64 whose plan fits; else the largest valid one (with its plan)."""
+def _parallel_degree(ctx: _Context, field: str) -> tuple[int | None, int | None, dict | None]:
+    """Smallest tp (or cp) of 2, 4, 8, 16, 32, 64 × the current one whose plan fits, else the largest valid one:
+    (degree, gpus, plan). The job's GPUs are reused when they divide (fewer data-parallel replicas), else
+    more GPUs keep the replicas."""
     inputs = ctx.inputs
-    current = getattr(inputs, field)
-    last = (None, None)
-    for degree in (d * current for d in (2, 4, 8, 16, 32, 64)):
-        tp, cp = (degree, inputs.cp) if field == "tp" else (inputs.tp, degree)
-        plan = ctx.plan(**{field: degree}, gpus=tp * cp * inputs.dp)
+    last = (None, None, None)
+    for degree in (d * getattr(inputs, field) for d in (2, 4, 8, 16, 32, 64)):
+        group = degree * (inputs.cp if field == "tp" else inputs.tp)
+        gpus = inputs.gpus if inputs.gpus % group == 0 else group * inputs.dp
+        plan = ctx.plan(**{field: degree}, gpus=gpus)
         if plan is None:
             continue
-        last = (degree, plan)
+        last = (degree, gpus, plan)
         if plan["fits"]:
             break
     return last
@@ -668,14 +669,13 @@ def _sequence_rules(ctx: _Context, why_over: str, best: dict) -> list[Advice]:
         out.append(_plan_advice(ctx, "reduce-seq-len", f"Reduce the sequence to {seq:,} tokens", why +
                                 f" The longest sequence that fits is {seq:,}: {shorter}.",
                                 f"seq_len {inputs.seq_len:,} → {seq:,}.", after, seq_len=seq))
-    cp, after = _parallel_degree(ctx, "cp")
+    cp, gpus, after = _parallel_degree(ctx, "cp")
     if cp is not None:
         out.append(_plan_advice(
             ctx, "context-parallel", f"Context parallel over {cp} GPUs",
             why + " Context parallel (ring attention) splits the sequence, its activations and KV cache across "
                   "GPUs; it composes with flash/cuDNN.",
-            f"cp {inputs.cp} → {cp} ({inputs.tp * cp * inputs.dp} GPUs).", after, cp=cp,
-            gpus=inputs.tp * cp * inputs.dp))
+            f"cp {inputs.cp} → {cp} on {gpus} GPUs.", after, cp=cp, gpus=gpus))
     return out
 
 

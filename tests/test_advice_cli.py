@@ -67,3 +67,18 @@ def test_tree_flag_prints_the_decision_tree(capsys):
     assert advise_cli.main(["--tree"]) == 0
     out = capsys.readouterr().out
     assert "profile-first" in out and "└── " in out
+
+
+def test_advising_loads_no_torch_streamlit_or_plotly():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys; from estimator.advise_cli import main; main(['--preset', 'llama-2-7b', '--seq-len', '2048', "
+            "'--json']); print(sorted(m for m in ('torch', 'streamlit', 'plotly') if m in sys.modules), "
+            "file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "[]"
+    assert json.loads(done.stdout)["advice"][-1]["id"] == "log-backend"

@@ -25,6 +25,16 @@ def gpu_from_device_name(device_name: str) -> str | None:
     return None
 
 
+def modelled_torch(version: str) -> str | None:
+    """'2.13' for '2.13.0+cpu' when the estimator models that version; None (its default) otherwise."""
+    from estimator import backends
+    short = ".".join(version.split("+")[0].split(".")[:2])
+    try:
+        return backends.check_torch_version(short)
+    except ValueError:
+        return None
+
+
 def _run(args) -> int:
     import torch
 
@@ -43,7 +53,7 @@ def _run(args) -> int:
     from estimator.hardware import get_gpu
     gpu = get_gpu(gpu).name
     options = RunOptions(device=device, repeats=args.repeats, timeout_s=args.timeout_s, force=args.force, gpu=gpu,
-                         torch_version=args.torch)
+                         torch_version=args.torch or modelled_torch(torch.__version__))
     inputs, rows = read_cases(args.inp)
     if not rows:
         raise ValueError(f"--in {args.inp}: no rows under the header")

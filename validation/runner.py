@@ -33,6 +33,9 @@ PREDICTED = ("predicted_supported", "predicted_selected_backend", "predicted_pea
 COMPARED = ("rel_err_peak", "abs_err_peak_bytes", "peak_within_tol", "rel_err_time", "rel_err_flops")
 OUTPUT_FIELDS = MEASURED + PREDICTED + COMPARED
 STATUSES = ("ok", "oom", "unsupported", "error", "skipped")
+# AttentionCall's defaults, for optional columns a case list leaves out or blank.
+CALL_DEFAULTS = {"backend": "auto", "dtype": "bfloat16", "causal": "0", "mask": "none", "dropout": "0.0",
+                 "mode": "forward"}
 
 MIB = 2**20
 TOL_REL, TOL_ABS_BYTES = 0.03, 2 * MIB  # the issue's acceptance: within max(3 %, 2 MiB)
@@ -153,10 +156,12 @@ def predict_rows(rows: list[dict], gpu: str, torch_version: str | None) -> tuple
         return empty, ""
     try:
         import pandas as pd
+
         from estimator.predict import predict_frame
     except ImportError as exc:
         return empty, f"no predictions: estimator.predict is not available ({exc})"
-    frame = pd.DataFrame([{k: row.get(k, "") for k in CALL_FIELDS if k in row} for row in rows], dtype=object)
+    frame = pd.DataFrame([{k: row.get(k) if row.get(k) not in (None, "") else CALL_DEFAULTS.get(k, "")
+                           for k in CALL_FIELDS} for row in rows], dtype=object)
     kwargs = {} if torch_version is None else {"torch_version": torch_version}
     try:
         out = predict_frame(frame, gpu, **kwargs)

@@ -223,3 +223,19 @@ def test_first_version_run_rows_call_still_works(tmp_path, fake_predict):
     counts = runner.run_rows(rows, str(tmp_path / "o.csv"), device="cpu", repeats=1)
     out = read_out(tmp_path / "o.csv")
     assert counts["ok"] == 1 and out[0]["status"] == "ok" and int(out[0]["measured_peak_extra_bytes"]) > 0
+
+
+def test_cli_run_on_cpu_with_the_real_estimator_puts_its_predictions_beside(tmp_path):
+    inp = write_cases(tmp_path, [case("math", "float32", batch=1, q_heads=4, head_dim=32, q_len=256),
+                                 case("eager", "bfloat16", batch=1, q_heads=4, kv_heads=2, head_dim=32, q_len=256,
+                                      causal=1),
+                                 case("flash", "float32", **SMALL)])
+    out = tmp_path / "out.csv"
+    assert main(["run", "--in", str(inp), "--out", str(out), "--device", "cpu", "--repeats", "1"]) == 0
+    math, eager, flash = read_out(out)
+    for r in (math, eager):
+        assert r["status"] == "ok" and int(r["measured_peak_extra_bytes"]) > 0
+        assert r["predicted_selected_backend"] == r["ran_backend"] == r["backend"]
+        assert r["peak_within_tol"] == "True"  # CPU forward peaks of math and eager follow the CUDA formulas
+        assert abs(float(r["rel_err_peak"])) < 0.01 and float(r["predicted_time_ms"]) > 0
+    assert flash["status"] == "ok" and flash["predicted_supported"] == "false"  # no fp32 flash on a GPU

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from .attention import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, estimate_call
+from .backends import check_torch_version
 from .config import BACKENDS, DTYPE_BITS, KV_DTYPE_BITS, MAX_SEQ_LEN, AttentionCall, check_positive_int, normalize_dtype
 from .hardware import GPU, get_gpu
 from .models import ModelSpec
@@ -66,6 +67,7 @@ class PlanInputs:
         if self.window is not None:
             object.__setattr__(self, "window", check_positive_int("window", self.window, MAX_SEQ_LEN))
         get_gpu(self.gpu)  # ValueError listing the catalog
+        object.__setattr__(self, "torch_version", check_torch_version(self.torch_version))
         tp = check_positive_int("tp", self.tp, 1024)
         cp = check_positive_int("cp", self.cp, 1024)
         gpus = tp * cp if self.gpus is None else check_positive_int("gpus", self.gpus, 1 << 16)
@@ -160,6 +162,7 @@ class Plan:
                                                        "checkpointing", "window", "backend", "gpu", "gpus",
                                                        "tp", "cp", "torch_version", "logits")}
         out["inputs"]["model"] = inp.model.name
+        out["model"] = {**asdict(inp.model), "params": inp.model.params}
         out["assumptions"] = list(self.assumptions)
         return out
 

@@ -21,7 +21,8 @@ FLAG_OF = {"seq_len": "--seq-len", "batch": "--batch", "dtype": "--dtype", "kv_d
            "mode": "--mode", "checkpointing": "--checkpointing", "window": "--window", "backend": "--backend",
            "gpu": "--gpu", "gpus": "--gpus", "tp": "--tp", "cp": "--cp", "logits": "--logits",
            "layers": "--layers", "hidden": "--hidden", "q_heads": "--heads", "kv_heads": "--kv-heads",
-           "head_dim": "--head-dim", "ffn": "--ffn", "vocab": "--vocab", "preset": "--preset", "config": "--config"}
+           "head_dim": "--head-dim", "ffn": "--ffn", "vocab": "--vocab", "preset": "--preset", "config": "--config",
+           "torch": "--torch"}
 ARCH_FLAGS = {"layers": "layers", "hidden": "hidden", "heads": "q_heads", "kv_heads": "kv_heads",
               "head_dim": "head_dim", "ffn": "ffn", "vocab": "vocab"}
 

@@ -88,6 +88,8 @@ def test_json_with_trace_and_gpu_choices(capsys):
     (["--preset", "llama-2-7b", "--seq-len", "10", "--trace", str(DATA / "trace_bad_column.csv")], "no column"),
     (["--preset", "llama-2-7b", "--seq-len", "10", "--mode", "serve"], "--mode: unknown value 'serve'"),
     (["--preset", "llama-2-7b", "--seq-len", "10", "--no-such-flag"], "unrecognized arguments"),
+    (["--preset", "llama-2-7b", "--seq-len", "10", "--torch", "1.0"], "--torch: unknown version '1.0'"),
+    (["--preset", "llama-2-7b", "--seq-len", "10", "--gpus", "3", "--tp", "2"], "--gpus: 3 is not a multiple"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
     with pytest.raises(SystemExit) as info:

@@ -19,6 +19,14 @@ from estimator.shapes import Calls, Timeline, cdiv, round_up
 CUDNN_FWD_WORKSPACE_BYTES = 256  # measured: cuDNN's forward graph asks for 256 B on sm90 (trace)
 
 
+def _layout_copies(t: Timeline, c: Calls, g, *grads) -> None:
+    """AccumulateGrad: a gradient whose strides differ from its leaf's is copied (then the original freed)."""
+    for name, nbytes, length in grads:
+        copy = g & (c.Hq > 1) & (length > 1)
+        t.alloc(name + "_copy", nbytes, copy)
+        t.free_if(copy, name)
+
+
 def _sizes(c: Calls):
     P = c.B * c.Hq * c.L * c.S
     Q = c.B * c.Hq * c.L * c.D * c.es      # q, out, grad_q in the input dtype
@@ -229,17 +237,39 @@ def flash_timeline(c: Calls, sm_count: int) -> Timeline:
     return t
 
 
+def efficient_workspace_bytes(c: Calls):
+    """Backward workspace = B·Hq·align4(gq + gk + gv)·4 (kernel_backward.h: workspace_size).
+
+    gq: fp32 dQ tiles, one (BI × DN) block (+ a small per-block tail) per BI query rows, with
+    (BI, DN) = (64, 64) for D ≤ 64, (128, 128) for D ≤ 128, (128, round64(D)) above.
+    gk, gv: only where dK/dV do not fit in registers (16-bit, D > 128): num_splits_key·64·round128(D)
+    each, the key splits capped at 200 // (B·Hq) (attention_backward.cu). Read off 442 H200 traces
+    (validation/calibration.py: efficient_backward_rows), where it matches every allocation exactly."""
+    small, mid = c.D <= 64, c.D <= 128
+    block_i = np.where(small, 64, 128)
+    d_n = np.where(small, 64, np.where(mid, 128, round_up(c.D, 64)))
+    tail = np.where(small, 4, np.where(mid, np.where(c.fp32, 8, 4), d_n // 16))
+    gq = cdiv(c.L, block_i) * (block_i * d_n + tail)
+    splits = np.minimum(cdiv(c.S, 64), np.maximum(1, 200 // (c.B * c.Hq)))
+    gkv = np.where(~mid & ~c.fp32, 2 * splits * 64 * round_up(c.D, 128), 0)
+    return c.B * c.Hq * round_up(gq + gkv, 4) * 4
+
+
 def efficient_timeline(c: Calls) -> Timeline:
     """`_scaled_dot_product_efficient_attention` (cuda/attention.cu, attention_backward.cu,
     mem_eff_attention/kernel_forward.h and kernel_backward.h)."""
     t, g = Timeline(), c.grad
     P, Q, K, KE = _sizes(c)
     t.alloc("bias", c.B * c.L * c.S * c.es, c.mask_bool)  # convert_boolean_attn_mask
+    # preprocess_mask: a bias whose last dim is not a multiple of 8 is copied into a padded buffer
+    pad = c.has_mask & (c.S % 8 != 0)
+    t.alloc("bias_pad", c.B * c.L * round_up(c.S, 8) * c.es, pad)
+    t.free_if(pad, "bias")
     t.alloc("out", Q)
     t.alloc("lse", c.B * c.Hq * round_up(c.L, 32) * 4, g)  # kAlignLSE = 32; empty without grad
     big_d = (c.D > 128) & ~c.fp32
     t.transient("out_accum", c.B * c.L * c.Hq * c.D * 4, big_d)  # kNeedsOutputAccumulatorBuffer
-    t.free_if(~g, "bias", "lse")
+    t.free_if(~g, "bias", "bias_pad", "lse")
     t.mark("forward")
     if not np.any(g):
         return t
@@ -253,10 +283,10 @@ def efficient_timeline(c: Calls) -> Timeline:
     t.alloc("delta", c.B * c.Hq * c.L * 4, g)
     t.alloc("delta_t", c.B * c.Hq * c.L * 4, g & c.fp32)
     t.free("delta_t", "delta_prod")
-    # workspace: fp32 dQ partial tiles (kNeedsAccumGradQ), plus dK/dV accumulators for big head dims
-    gq = round_up(c.L, 64) * round_up(c.D, 32)
-    gkv = np.where(big_d, 2 * round_up(c.S, 64) * round_up(c.D, 32), 0)
-    t.alloc("workspace", c.B * c.Hq * round_up(gq + gkv, 4) * 4, g)
+    t.alloc("workspace", efficient_workspace_bytes(c), g)
+    t.free("workspace", "delta", "grad_out_c", "lse")
+    # grads come back as (B,L,H,D)-ordered views: AccumulateGrad copies each into q/k/v's layout
+    _layout_copies(t, c, g, ("grad_q", Q, c.L), ("grad_k", K, c.S), ("grad_v", K, c.S))
     return t
 
 

@@ -88,3 +88,18 @@ if __name__ == "__main__":
     out = sys.argv[1] if len(sys.argv) > 1 else "."
     write_csv(calibration_rows(), f"{out}/calibration.csv")
     write_csv(trace_rows(), f"{out}/traces.csv")
+
+
+def efficient_backward_rows() -> list[dict]:
+    """Shapes that pin down the efficient backward workspace (key splits, head-dim rounding)."""
+    rows = []
+    for L, S in ((1, 1024), (1, 8192), (4, 4096), (16, 2048), (63, 512), (64, 512), (65, 512), (100, 3000),
+                 (128, 128), (200, 1000), (256, 8192), (1000, 1000), (2048, 2048), (512, 4096)):
+        for D in (32, 64, 96, 128, 160, 256):
+            for B, H in ((1, 8), (1, 32), (4, 32)):
+                for dt in ("bfloat16", "float32"):
+                    if B * H * S * max(L, 64) * D > 2**33:
+                        continue
+                    rows.append(case("efficient", dt, batch=B, q_heads=H, head_dim=D, q_len=L, kv_len=S,
+                                     mode="forward_backward"))
+    return number(rows, "effbwd")

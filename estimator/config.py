@@ -80,6 +80,8 @@ class AttentionCall:
         for field, limit in (("batch", 1 << 20), ("q_heads", 1 << 16), ("kv_heads", 1 << 16),
                              ("head_dim", MAX_DIM), ("q_len", MAX_SEQ_LEN), ("kv_len", MAX_SEQ_LEN)):
             object.__setattr__(self, field, check_positive_int(field, getattr(self, field), limit))
+        if self.batch * self.q_heads * self.q_len * self.kv_len > 1 << 56:
+            raise ValueError("q_len: batch·q_heads·q_len·kv_len is absurdly large (over 2**56 score elements)")
         if self.q_heads % self.kv_heads:
             raise ValueError(f"kv_heads: q_heads ({self.q_heads}) must be divisible by kv_heads ({self.kv_heads})")
         object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
@@ -88,7 +90,8 @@ class AttentionCall:
         for field, allowed in (("mask", MASKS), ("mode", MODES), ("backend", BACKENDS)):
             value = str(getattr(self, field)).strip().lower()
             if value not in allowed:
-                raise ValueError(f"{field}: unknown value {getattr(self, field)!r}; expected one of {', '.join(allowed)}")
+                raise ValueError(f"{field}: unknown value {getattr(self, field)!r}; "
+                                 f"expected one of {', '.join(allowed)}")
             object.__setattr__(self, field, value)
         try:
             dropout = float(self.dropout)

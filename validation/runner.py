@@ -281,8 +281,11 @@ def skip_reason(call: AttentionCall, pred: dict, options: RunOptions, free: int 
     return ""
 
 
-def free_memory(device: str) -> None:
-    gc.collect()
+def free_memory(device: str, collect: bool = True) -> None:
+    """Drop what a failed case may still hold (tracebacks keep frames and their tensors alive: a full
+    gc pass, ≈0.4 s with torch loaded, so only after a failure) and return cached CUDA blocks."""
+    if collect:
+        gc.collect()
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
@@ -309,6 +312,7 @@ class Progress:
 
 def measure_row(call: AttentionCall, options: RunOptions, measure_fn) -> dict:
     """measure() under the time limit, with OOM and time-outs turned into statuses and memory freed."""
+    result = {"status": "error", "error": "interrupted"}
     try:
         with time_limit(options.timeout_s):
             result = dict(measure_fn(call, options.device, repeats=options.repeats))
@@ -319,7 +323,7 @@ def measure_row(call: AttentionCall, options: RunOptions, measure_fn) -> dict:
     except Exception as exc:  # noqa: BLE001 - one bad case never sinks the batch
         result = {"status": "error", "error": f"{type(exc).__name__}: {_first_line(exc)}"}
     finally:
-        free_memory(options.device)
+        free_memory(options.device, collect=result.get("status") != "ok")
     if result.get("status") == "error" and "No viable backend" in str(result.get("error", "")):
         # CPU wording for a forced backend that this build lacks (efficient/cudnn on a CPU).
         result.update(status="unsupported", error="No available kernel (backend absent on this device)")

@@ -1,0 +1,21 @@
+"""Imports go one way (style rule 1): estimator loads no torch/streamlit/plotly; validation no UI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def loaded(module: str) -> set[str]:
+    code = f"import sys, {module}; print(' '.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return set(out.split())
+
+
+def test_estimator_imports_no_torch_or_ui():
+    mods = loaded("estimator") | loaded("estimator.plan") | loaded("estimator.advice") | loaded("estimator.predict")
+    assert not {"torch", "streamlit", "plotly"} & mods
+
+
+def test_validation_imports_no_ui():
+    assert not {"streamlit", "plotly"} & loaded("validation.runner")

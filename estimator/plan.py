@@ -285,7 +285,12 @@ def budget(inputs: PlanInputs) -> Plan:
         scores_live = textbook if materialises else 0
 
     ffn_live = (3 if m.gated_ffn else 2) * b * n * F * es  # gate, up, act·up (SwiGLU) or fc1, act (GELU)
-    norm_save = m.norms_per_layer * b * n * H * (4 if m.norm == "rmsnorm" else es)  # HF RMSNorm saves fp32 input
+    # Saved by each norm (measured, tests/data/hf_layer_saved_bytes.csv): HF RMSNorm keeps its fp32 input, the
+    # normalised 16-bit tensor and rsqrt (b·n fp32); LayerNorm keeps its input, mean and rstd (b·n fp32 each).
+    if m.norm == "rmsnorm":
+        norm_save = m.norms_per_layer * (b * n * H * (4 + es) + b * n * 4)
+    else:
+        norm_save = m.norms_per_layer * (b * n * H * es + 2 * b * n * 4)
     ffn_save = resid + (4 if m.gated_ffn else 2) * b * n * F * es  # Korthikanti et al. 2022 §4.1, generalised
     if unsupported:
         activations = 0
@@ -311,11 +316,14 @@ def budget(inputs: PlanInputs) -> Plan:
             retained = est.forward_retained_bytes or 0
             if materialises and inputs.cp > 1:  # every ring block's score matrix is saved, not just one
                 retained *= inputs.cp
-            qkv_saved = 0 if selected == "math" else q_bytes + kv_new  # math saves fp32 copies (in retained)
+            # q, k, v stay alive because the kernel saves them; math saves fp32 copies instead, and eager with GQA
+            # saves its repeated k, v (both inside `retained`)
+            qkv_saved = {"math": 0, "eager": q_bytes if m.q_heads != m.kv_heads else q_bytes + kv_new}.get(
+                selected, q_bytes + kv_new)
             none_layer = norm_save + resid + qkv_saved + retained + ffn_save
             if none_layer > sum(worst.values()):
                 worst = {"layer_attention_bytes": resid + qkv_saved + retained, "layer_ffn_bytes": ffn_save,
-                         "layer_norms_bytes": norm_save}
+                         "layer_norms_bytes": norm_save, "layer_attention_core_bytes": qkv_saved + retained}
             attn_bwd = max(0, (est.peak_extra_bytes or 0) - retained)
             if inputs.checkpointing == "none":
                 layer, bwd = none_layer, max(attn_bwd, 2 * b * n * F * es)

@@ -1,0 +1,91 @@
+"""Measure what one Hugging Face Llama decoder layer saves for backward, to check plan.py's per-layer
+training activations (the Korthikanti et al. 2022 terms generalised to RMSNorm, GQA and SwiGLU).
+
+    pip install transformers   # any environment; not a project dependency
+    python bench/bench_plan_activations.py --out tests/data/hf_layer_saved_bytes.csv
+
+Runs on the CPU in bf16 (saved tensors do not depend on the device, except inside the attention kernel).
+Walks the autograd graph after one layer's forward and sums the storages that nodes saved, each storage once,
+leaving out the parameters, the layer input (the previous layer owns it) and the RoPE cos/sin tables (computed
+once per forward and shared by every layer). `core_bytes` is what the SDPA node saved (q, k, v, out,
+logsumexp); `other_bytes` the rest (norms, projection inputs, FFN).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+
+CASES = [  # name, batch, seq_len, hidden, q_heads, kv_heads, head_dim, ffn
+    ("gqa-small", 2, 128, 256, 8, 2, 32, 688),
+    ("mha-small", 2, 128, 256, 8, 8, 32, 688),
+    ("gqa-long", 1, 512, 512, 8, 1, 64, 1376),
+]
+
+
+def measure(batch, seq_len, hidden, q_heads, kv_heads, head_dim, ffn) -> tuple[int, int]:
+    import torch
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+    cfg = LlamaConfig(hidden_size=hidden, num_attention_heads=q_heads, num_key_value_heads=kv_heads,
+                      head_dim=head_dim, intermediate_size=ffn, num_hidden_layers=1, vocab_size=1000)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    layer = LlamaDecoderLayer(cfg, layer_idx=0).to(torch.bfloat16)
+    x = torch.randn(batch, seq_len, hidden, dtype=torch.bfloat16, requires_grad=True)
+    pos = torch.arange(seq_len)[None].expand(batch, seq_len)
+    cos, sin = LlamaRotaryEmbedding(cfg)(x, pos)
+    out = layer(x, attention_mask=None, position_ids=pos, position_embeddings=(cos, sin))
+    out = out[0] if isinstance(out, tuple) else out
+    skip = {p.untyped_storage().data_ptr() for p in layer.parameters()}
+    skip |= {t.untyped_storage().data_ptr() for t in (x, cos, sin)}
+    saved: dict[int, tuple[int, bool]] = {}
+    stack, visited = [out.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in visited:
+            continue
+        visited.add(node)
+        for attr in dir(node):
+            if not attr.startswith("_saved_"):
+                continue
+            try:
+                value = getattr(node, attr)
+            except RuntimeError:
+                continue
+            if isinstance(value, torch.Tensor):
+                ptr = value.untyped_storage().data_ptr()
+                if ptr not in skip:
+                    core = "ScaledDotProduct" in node.name()
+                    size, was_core = saved.get(ptr, (value.untyped_storage().nbytes(), False))
+                    saved[ptr] = (size, was_core or core)
+        stack.extend(f for f, _ in node.next_functions)
+    core = sum(size for size, is_core in saved.values() if is_core)
+    other = sum(size for size, is_core in saved.values() if not is_core)
+    return core, other
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="hf_layer_saved_bytes.csv")
+    args = parser.parse_args(argv)
+    import torch
+    import transformers
+
+    with open(args.out, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["case", "batch", "seq_len", "hidden", "q_heads", "kv_heads", "head_dim", "ffn", "dtype",
+                         "core_bytes", "other_bytes", "torch", "transformers", "device",
+                         "command"])
+        for case in CASES:
+            core, other = measure(*case[1:])
+            writer.writerow([*case, "bfloat16", core, other, torch.__version__, transformers.__version__, "cpu",
+                             "python bench/bench_plan_activations.py --out tests/data/hf_layer_saved_bytes.csv"])
+            print(case[0], core, other)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -512,6 +512,12 @@ def _assumptions(inputs: PlanInputs) -> tuple[str, ...]:
     if inputs.cp > 1:
         out.append("Context parallel: ring attention; each GPU keeps seq_len/cp tokens of activations and KV, runs "
                    "one (seq_len/cp)² block at a time and holds one incoming kv block.")
+    if m.max_positions and inputs.seq_len > m.max_positions:
+        out.append(f"Note: seq_len {inputs.seq_len:,} exceeds the {m.max_positions:,} positions {m.name} was trained "
+                   "for; memory and time are still computed, quality is not implied.")
+    if m.kind == "encoder" and m.native_tokens and inputs.seq_len != m.native_tokens:
+        out.append(f"Note: {m.name} was trained with {m.native_tokens} tokens; other lengths need an interpolated "
+                   "position table (same parameter count) or another patch size.")
     if m.kind == "encoder":
         out.append("Encoder: bidirectional attention, no KV cache, seq_len = patches + class token; the parameter "
                    "count keeps the native-resolution position table.")

@@ -78,6 +78,7 @@ def test_doubling_table_reports_time_ratios_per_doubling():
     assert table.loc["math", "last_time_x"] == 4.0 and table.loc["math", "peak_x_last"] == 4.0
     assert table.loc["math", "n"] == "1024→4096" and table.loc["math", "verdict"].startswith("≈4×")
     assert "below 4×" in table.loc["flash", "verdict"] and table.loc["flash", "peak_x_last"] == 2.0
+    assert table.loc["math", "memory"] == "n² (scores)" and table.loc["flash", "memory"] == "linear"
 
 
 @pytest.mark.parametrize("call, expected", [
@@ -124,11 +125,24 @@ def test_report_cli_on_a_run_csv_with_predictions(tmp_path, capsys):
                   row(predicted=150 * MIB)]).to_csv(path, index=False)
     (tmp_path / "out.csv.meta.json").write_text(json.dumps({"driver": "580.1", "command": "python -m validation run"}))
     from validation.cli import main
-    assert main(["report", str(path), "--md", str(tmp_path / "r.md")]) == 0
+    assert main(["report", str(path), "--md", str(tmp_path / "r.md"), "--recorded"]) == 0
     text = (tmp_path / "r.md").read_text()
     assert "1/2 = 50.0%" in text and "does NOT meet" in text and "driver 580.1" in text
     for heading in ("## Peak error per backend × mode × dtype", "## Worst", "## Doubling n", "## Kernels launched"):
         assert heading in text
+
+
+def test_report_re_predicts_with_the_current_estimator_unless_told_to_keep_the_recorded(tmp_path):
+    from estimator.attention import estimate_call
+    from estimator.hardware import get_gpu
+    path = tmp_path / "out.csv"
+    pd.DataFrame([row(backend="math", predicted=1)]).to_csv(path, index=False)
+    call = AttentionCall(batch=1, q_heads=8, kv_heads=8, head_dim=64, q_len=1024, kv_len=1024, backend="math")
+    expected = estimate_call(call, get_gpu("h200"), "2.11").peak_extra_bytes
+    df, meta = report.load(str(path))
+    assert df["predicted_peak_extra_bytes"].tolist() == [expected] and meta["predictions"] == "current estimator"
+    df, meta = report.load(str(path), recorded=True)
+    assert df["predicted_peak_extra_bytes"].tolist() == [1] and meta["predictions"] == "as recorded by the run"
 
 
 def test_report_rejects_a_csv_that_is_not_a_run_output(tmp_path, capsys):

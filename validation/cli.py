@@ -74,7 +74,7 @@ def _grid(args) -> int:
 
 def _report(args) -> int:
     from validation.report import build_report, load
-    frame, meta = load(args.csv)
+    frame, meta = load(args.csv, gpu=args.gpu, torch_version=args.torch, recorded=args.recorded)
     text = build_report(frame, meta=meta, title=args.csv, worst=args.worst)
     if args.md:
         with open(args.md, "w") as fh:
@@ -110,6 +110,10 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("csv", help="output CSV of `python -m validation run`")
     rep.add_argument("--md", help="write the Markdown report here instead of stdout")
     rep.add_argument("--worst", type=int, default=15, help="worst cases listed (default 15)")
+    rep.add_argument("--recorded", action="store_true",
+                     help="use the predictions the run recorded instead of re-predicting with the current estimator")
+    rep.add_argument("--gpu", help="catalog GPU to predict for (default: from the data's device name)")
+    rep.add_argument("--torch", help="torch version to predict for (default: the data's)")
     rep.set_defaults(func=_report)
     return p
 

@@ -27,8 +27,13 @@ PRED_COLS = ("supported", "selected_backend", "peak_extra_bytes", "fits", "flops
 # Loading
 
 
-def load(path: str, gpu: str | None = None, torch_version: str | None = None) -> tuple[pd.DataFrame, dict]:
-    """The run's rows with predictions and comparisons filled in, and its provenance (meta.json)."""
+def load(path: str, gpu: str | None = None, torch_version: str | None = None,
+         recorded: bool = False) -> tuple[pd.DataFrame, dict]:
+    """The run's rows with predictions and comparisons filled in, and its provenance (meta.json).
+
+    Predictions come from the current estimator (the measurements are the stable data; the estimator
+    is what is being checked), for the GPU and torch version of the data; `recorded=True` keeps the
+    predicted_* columns the run wrote instead, where it wrote them."""
     if not os.path.exists(path):
         raise ValueError(f"report: no such file {path}")
     try:
@@ -43,11 +48,16 @@ def load(path: str, gpu: str | None = None, torch_version: str | None = None) ->
     if os.path.exists(meta_path):
         with open(meta_path) as fh:
             meta = json.load(fh)
-    return prepare(frame, gpu=gpu or meta.get("gpu_catalog_name"), torch_version=torch_version), meta
+    repredict = not (recorded and "predicted_peak_extra_bytes" in frame.columns)
+    meta["predictions"] = "current estimator" if repredict else "as recorded by the run"
+    df = prepare(frame, gpu=gpu or meta.get("gpu_catalog_name"), torch_version=torch_version, repredict=repredict)
+    return df, meta
 
 
-def prepare(frame: pd.DataFrame, gpu: str | None = None, torch_version: str | None = None) -> pd.DataFrame:
-    """Normalise types, add predictions where absent, and (re)compute the comparison columns."""
+def prepare(frame: pd.DataFrame, gpu: str | None = None, torch_version: str | None = None,
+            repredict: bool = False) -> pd.DataFrame:
+    """Normalise types, add predictions where absent (or always, with repredict), and (re)compute the
+    comparison columns."""
     df = frame.copy()
     for col, default in (("backend", "auto"), ("dtype", "bfloat16"), ("causal", 0), ("mask", "none"),
                          ("dropout", 0.0), ("mode", "forward"), ("ran_backend", ""), ("device_name", ""),
@@ -58,7 +68,7 @@ def prepare(frame: pd.DataFrame, gpu: str | None = None, torch_version: str | No
     df["mask"] = df["mask"].fillna("none")
     df["ran_backend"] = df["ran_backend"].fillna("")
     df["error"] = df["error"].fillna("")
-    if "predicted_peak_extra_bytes" not in df.columns:
+    if repredict or "predicted_peak_extra_bytes" not in df.columns:
         df = add_predictions(df, gpu or gpu_for(df), torch_version or torch_for(df))
     for col in ("measured_peak_extra_bytes", "predicted_peak_extra_bytes", "measured_time_ms", "predicted_time_ms",
                 "torch_flops", "predicted_flops", "n_kernels"):
@@ -219,7 +229,8 @@ def doubling_table(df: pd.DataFrame) -> pd.DataFrame:
                      "dtype": k["dtype"], "mode": k["mode"], "device": k["device_name"],
                      "n": f"{pairs[0]}→{2 * pairs[-1]}", "time_x_per_doubling": _ratios(t),
                      "last_time_x": round(t[-1], 2), "predicted_last_time_x": round(pt[-1], 2) if pt else "",
-                     "peak_x_last": round(p[-1], 2) if p else "", "verdict": _verdict(ran or k["backend"], t[-1])})
+                     "peak_x_last": round(p[-1], 2) if p else "", "memory": _memory(p[-1]) if p else "",
+                     "verdict": _verdict(ran or k["backend"], t[-1])})
     return pd.DataFrame(rows)
 
 
@@ -229,6 +240,11 @@ def _verdict(backend: str, last: float) -> str:
     if last > 5.0:
         return f"{last:.1f}×: above 4× (caches spill or noise)"
     return f"{last:.1f}×: below 4× (launch- or IO-bound at this n)"
+
+
+def _memory(ratio: float) -> str:
+    """Peak growth per doubling: ≈4× is a materialised score matrix, ≈2× is linear (fused kernels)."""
+    return "n² (scores)" if ratio >= 3.0 else "linear" if 1.6 <= ratio <= 2.4 else f"{ratio:.1f}×"
 
 
 def _ratios(values) -> str:
@@ -378,6 +394,7 @@ def build_report(df: pd.DataFrame, *, meta: dict | None = None, title: str = "",
              f"Rows: {len(df)}; device: {devices}; torch: "
              f"{', '.join(sorted(df['torch_version'].dropna().astype(str).unique())) if 'torch_version' in df else '?'}"
              + (f"; driver {meta['driver']}" if meta.get("driver") else "")
+             + (f"; predictions: {meta['predictions']}" if meta.get("predictions") else "")
              + (f"; command: `{meta['command']}`" if meta.get("command") else "") + "\n"]
     if o["compared"]:
         verdict = "meets" if o["passes"] else "does NOT meet"

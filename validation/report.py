@@ -313,7 +313,9 @@ def expected_eager_kernels(r) -> tuple[int, int]:
                CPU kernel has no tmp) · 16-bit: cast E(P·4) · causal or bool mask: memcpy + masked_fill_
                E(P·es) · ×D^-½ E(P·es) · q@kᵀ 2 GEMMs · GQA: two sums E(KE) (repeat_interleave backward)
                · no GQA: k.grad layout copy E(K) (the kᵀ GEMM's grad is transposed; AccumulateGrad clones it)
-    One kernel per GEMM held in every H200 row so far (torch 2.11, cuBLAS); a split-K GEMM would add one."""
+    One kernel per GEMM, except where cuBLAS picks split-K (+1 reduction kernel per split GEMM): seen only for
+    single-head calls (B·Hq = 1) with few output tiles and a long reduction, e.g. p@v at D = 128, S ≥ 1024;
+    not modelled (4 of the 69 held-out H200 eager rows, all with B·Hq = 1)."""
     half = r["dtype"] != "float32"
     es = 4 if not half else 2
     B, Hq, Hk = int(r["batch"]), int(r["q_heads"]), int(r["kv_heads"])

@@ -6,7 +6,7 @@ its widgets, builds a config (a ValueError becomes st.error), calls the estimato
 
 import streamlit as st
 
-st.set_page_config(page_title="Attention capacity planner", page_icon=":material/memory:", layout="wide")
+st.set_page_config(page_title="Attention capacity planner", page_icon="🧮", layout="wide")
 
 PAGES = [
     st.Page("pages/plan.py", title="Plan a model", icon=":material/calculate:", default=True),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from functools import partial
 
-import pandas as pd
 import streamlit as st
 
 from estimator.hardware import get_gpu
@@ -22,6 +21,18 @@ def gib_text(value_bytes: int | None) -> str:
 
 def ms_text(value_ms: float | None) -> str:
     return "—" if value_ms is None else (f"{value_ms:,.1f} ms" if value_ms >= 1 else f"{value_ms:,.3f} ms")
+
+
+def xlsx_bytes(inputs, sweep) -> bytes:
+    return export.plan_xlsx(inputs, cached.plan(inputs).to_dict(), sweep, cached.advice(inputs))
+
+
+def csv_text(inputs) -> str:
+    return export.plan_csv(inputs, cached.plan(inputs).to_dict())
+
+
+def json_text(inputs) -> str:
+    return export.plan_json(inputs, cached.plan(inputs).to_dict(), cached.advice(inputs))
 
 
 st.title("Plan a model")
@@ -47,7 +58,7 @@ try:
         config_spec = state.spec_from_config_bytes(uploaded.getvalue(), name=uploaded.name.removesuffix(".json"))
         values.update(state.arch_values(config_spec))
     inputs = state.plan_inputs(values, config_spec)
-    plan = cached.plan(inputs)
+    plan = cached.budget(inputs)  # the solvers (largest n and batch) run last, below
 except ValueError as exc:
     st.error(f"Cannot plan this: {exc}")
     st.stop()
@@ -75,20 +86,14 @@ c1, c2, c3, c4, c5 = st.columns(5)
 c1.metric("total per GPU", gib_text(p["total_bytes"]))
 c2.metric("headroom", gib_text(headroom))
 c3.metric("attention backend", p["selected_backend"])
-c4.metric("largest n that fits", "—" if p["max_seq_len"] is None else f"{p['max_seq_len']:,}",
-          help=f"at batch {inputs.batch}")
-c5.metric("largest batch that fits", "—" if p["max_batch"] is None else f"{p['max_batch']:,}",
-          help=f"at n = {inputs.seq_len:,}")
+max_n_slot, max_batch_slot = c4.empty(), c5.empty()  # filled at the end, when the solvers have run
 
 # --- budget --------------------------------------------------------------------------------------------------
 st.subheader("Budget per GPU")
 left, right = st.columns([3, 2])
 with left:
     table = sweeps.budget_table(plan.components, p["total_bytes"])
-    st.dataframe(table, hide_index=True, width="stretch", key="budget_table",
-                 column_config={"bytes": st.column_config.NumberColumn(format="%d"),
-                                "GiB": st.column_config.NumberColumn(format="%.3f"),
-                                "share": st.column_config.NumberColumn(format="percent")})
+    st.table(sweeps.budget_text(table).set_index("component"))
     st.caption(f"Textbook score matrix of one layer (b·h·L·S·element): {gib_text(p['textbook_scores_bytes'])}; "
                f"what the chosen backend materialises: {gib_text(p['attention_scores_bytes'])}. KV cache per token: "
                f"{p['kv_cache_bytes_per_token']:,} bytes.")
@@ -101,17 +106,14 @@ st.subheader("Attention backend")
 from estimator.advice import attention_call  # noqa: E402 - the layer's call, as the advisor prices it
 
 call = attention_call(inputs)
-backends = sweeps.backend_table(call, gpu, torch_version=inputs.torch_version)
+backends = sweeps.backend_table(call, gpu, torch_version=inputs.torch_version, estimate=cached.estimate)
 picked = p["selected_backend"]
 st.markdown(f"Per layer, each GPU makes the call **q ({call.batch}, {call.q_heads}, {call.q_len}, {call.head_dim}), "
             f"k/v ({call.batch}, {call.kv_heads}, {call.kv_len}, {call.head_dim})**, {call.dtype}, "
             f"{'causal, ' if call.causal else ''}{call.mode}. "
             + ("It runs the hand-written **eager** path." if inputs.backend == "eager"
                else f"PyTorch {inputs.torch_version} will run **{picked}**."))
-st.dataframe(backends.drop(columns=["peak_extra_bytes"]), hide_index=True, width="stretch", key="backend_table",
-             column_config={"peak extra (GiB)": st.column_config.NumberColumn(format="%.3f"),
-                            "time (ms)": st.column_config.NumberColumn(format="%.3f"),
-                            "flops": st.column_config.NumberColumn(format="%.3e")})
+st.table(sweeps.backend_text(backends))
 
 # --- FLOPs and time ------------------------------------------------------------------------------------------
 st.subheader("FLOPs and time")
@@ -140,13 +142,25 @@ with tab2:
                                     "embedding": p["embedding_share"]},
                                    title="Share of the prefill's FLOPs"), key="shares_chart")
 
+# --- export --------------------------------------------------------------------------------------------------
+st.subheader("Export")
+stem = f"plan-{inputs.model.name}-n{inputs.seq_len}-b{inputs.batch}-{inputs.gpu}"
+e1, e2, e3 = st.columns(3)
+# Generated when clicked (deferred), so a re-run of the form does not pay for the spreadsheet.
+e1.download_button("Budget spreadsheet (.xlsx)", data=partial(xlsx_bytes, inputs, sweep),
+                   file_name=f"{stem}.xlsx", key="download_xlsx", on_click="ignore",
+                   mime="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")
+e2.download_button("Plan as CSV", data=partial(csv_text, inputs), file_name=f"{stem}.csv",
+                   mime="text/csv", key="download_csv", on_click="ignore")
+e3.download_button("Plan as JSON", data=partial(json_text, inputs), file_name=f"{stem}.json",
+                   mime="application/json", key="download_json", on_click="ignore")
 # --- advice --------------------------------------------------------------------------------------------------
 st.subheader("Advice")
 try:
     advice = cached.advice(inputs)
-except ValueError as exc:
+except Exception as exc:  # noqa: BLE001 - a failing advisor must not take the budget down with it
     advice = ()
-    st.error(f"The advisor could not run: {exc}")
+    st.error(f"The advisor could not run ({type(exc).__name__}): {str(exc).splitlines()[0] if str(exc) else ''}")
 for item in advice:
     with st.expander(f"**{item.title}** · `{item.id}`", expanded=False):
         st.markdown(f"**Why.** {item.why}")
@@ -158,18 +172,10 @@ with st.expander("The decision tree the advice follows"):
 
     st.code(render_tree(), language=None)
 
-# --- export --------------------------------------------------------------------------------------------------
-st.subheader("Export")
-stem = f"plan-{inputs.model.name}-n{inputs.seq_len}-b{inputs.batch}-{inputs.gpu}"
-e1, e2, e3 = st.columns(3)
-# Generated when clicked (deferred), so a re-run of the form does not pay for the spreadsheet.
-e1.download_button("Budget spreadsheet (.xlsx)", data=partial(export.plan_xlsx, inputs, p, sweep, advice),
-                   file_name=f"{stem}.xlsx", key="download_xlsx", on_click="ignore",
-                   mime="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")
-e2.download_button("Plan as CSV", data=partial(export.plan_csv, inputs, p), file_name=f"{stem}.csv",
-                   mime="text/csv", key="download_csv", on_click="ignore")
-e3.download_button("Plan as JSON", data=partial(export.plan_json, inputs, p, advice), file_name=f"{stem}.json",
-                   mime="application/json", key="download_json", on_click="ignore")
 with st.expander("Assumptions behind these numbers"):
     st.markdown("\n".join(f"- {a}" for a in p["assumptions"]) or "none listed")
-    st.dataframe(pd.DataFrame([p["inputs"]]), hide_index=True)
+    st.json(p["inputs"], expanded=False)
+
+solved = cached.plan(inputs)  # the advisor has usually run the solvers already (same memo)
+max_n_slot.metric("largest n that fits", f"{solved.max_seq_len:,}", help=f"at batch {inputs.batch}")
+max_batch_slot.metric("largest batch that fits", f"{solved.max_batch:,}", help=f"at n = {inputs.seq_len:,}")

@@ -33,9 +33,12 @@ def _with_n(call: AttentionCall, n: int) -> AttentionCall:
 
 
 def call_sweep(call: AttentionCall, gpu: GPU, ns: Iterable[int], *, torch_version: str = "2.11",
-               backends: Sequence[str] = SWEEP_BACKENDS) -> pd.DataFrame:
-    """Per n and backend: peak extra bytes (contract §1), inputs and their sum; NaN where unsupported."""
+               backends: Sequence[str] = SWEEP_BACKENDS, estimate=None) -> pd.DataFrame:
+    """Per n and backend: peak extra bytes (contract §1), inputs and their sum; NaN where unsupported.
+    `estimate` defaults to `estimator.attention.estimate_call` (the app passes a memoised one)."""
     from estimator.attention import estimate_call
+
+    estimate_call = estimate or estimate_call
 
     rows = []
     for n in ns:
@@ -50,9 +53,11 @@ def call_sweep(call: AttentionCall, gpu: GPU, ns: Iterable[int], *, torch_versio
     return pd.DataFrame(rows)
 
 
-def backend_table(call: AttentionCall, gpu: GPU, *, torch_version: str = "2.11") -> pd.DataFrame:
+def backend_table(call: AttentionCall, gpu: GPU, *, torch_version: str = "2.11", estimate=None) -> pd.DataFrame:
     """One row per backend for this call: can it run, why not, its peak, time and FLOPs."""
     from estimator.attention import estimate_call
+
+    estimate_call = estimate or estimate_call
 
     auto = estimate_call(dataclasses.replace(call, backend="auto"), gpu, torch_version)
     rows = []
@@ -84,16 +89,19 @@ def budget_table(components: Sequence[tuple[str, int]], total_bytes: int | None 
     return pd.DataFrame(rows)
 
 
-def plan_sweep(inputs, ns: Iterable[int], *, backends: Sequence[str] = SWEEP_BACKENDS) -> pd.DataFrame:
-    """Per n and forced backend: the plan's total bytes per GPU (None where the backend cannot run)."""
+def plan_sweep(inputs, ns: Iterable[int], *, backends: Sequence[str] = SWEEP_BACKENDS, plan_fn=None) -> pd.DataFrame:
+    """Per n and forced backend: the plan's total bytes per GPU (None where the backend cannot run).
+    `plan_fn(inputs)` defaults to `make_plan(inputs, solve=False)` (the app passes a memoised one)."""
     from estimator.plan import make_plan
+
+    plan_fn = plan_fn or (lambda inp: make_plan(inp, solve=False))
 
     rows = []
     for n in ns:
         for backend in backends:
             total, fits, error = None, None, ""
             try:
-                plan = make_plan(dataclasses.replace(inputs, seq_len=int(n), backend=backend), solve=False)
+                plan = plan_fn(dataclasses.replace(inputs, seq_len=int(n), backend=backend))
             except ValueError as exc:
                 error = str(exc)
             else:
@@ -115,3 +123,26 @@ def trace_table(report: dict) -> pd.DataFrame:
                      "decode_time_ms_per_token": None if point["decode_time_ms_per_token"] is None
                      else float(point["decode_time_ms_per_token"])})
     return pd.DataFrame(rows)
+
+
+def _fmt(value, spec: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return format(value, spec)
+
+
+def budget_text(table: pd.DataFrame) -> pd.DataFrame:
+    """The budget table as display strings (a static st.table: light in the browser): exact bytes, GiB, share."""
+    return pd.DataFrame({"component": table["component"], "bytes": [_fmt(int(b), ",d") for b in table["bytes"]],
+                         "GiB": [_fmt(g, ",.3f") for g in table["GiB"]],
+                         "share": [_fmt(s, ".1%") for s in table["share"]]})
+
+
+def backend_text(table: pd.DataFrame) -> pd.DataFrame:
+    """The backend table as display strings."""
+    return pd.DataFrame({
+        "backend": table["backend"], "auto picks it": ["yes" if v else "" for v in table["auto picks it"]],
+        "can run": ["yes" if v else "no" for v in table["can run"]], "why not": table["why not"],
+        "peak extra (GiB)": [_fmt(v, ",.3f") for v in table["peak extra (GiB)"]],
+        "time (ms)": [_fmt(v, ",.3f") for v in table["time (ms)"]],
+        "FLOPs": [_fmt(v, ".3e") for v in table["flops"]]}).set_index("backend")

@@ -73,8 +73,10 @@ def browser():
     path = chromium_path()
     if path is None:
         pytest.skip("Chromium is not installed (apt-get install -y chromium); the end-to-end tests need it")
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    # A cold Streamlit page on a small, busy CI machine can take tens of seconds to render its charts.
+    expect.set_options(timeout=90_000)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
         yield browser
@@ -85,6 +87,6 @@ def browser():
 def page(browser):
     context = browser.new_context(viewport={"width": 1600, "height": 1200}, accept_downloads=True)
     page = context.new_page()
-    page.set_default_timeout(30_000)
+    page.set_default_timeout(90_000)
     yield page
     context.close()

@@ -101,9 +101,21 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
-def test_command_line_entry_point_runs_in_a_fresh_interpreter():
-    result = subprocess.run([sys.executable, "-m", "estimator.plan_cli", "--preset", "llama-3-8b", "--seq-len",
-                             "4096", "--json"], capture_output=True, text=True, cwd=Path(__file__).parent.parent,
-                            timeout=120)
+def test_contract_command_runs_in_a_fresh_interpreter():
+    root = Path(__file__).parent.parent
+    result = subprocess.run([sys.executable, "-m", "estimator", "plan", "--preset", "llama-3-8b", "--seq-len", "4096",
+                             "--json"], capture_output=True, text=True, cwd=root, timeout=120)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["kv_cache_bytes_per_token"] == 131_072
+    bad = subprocess.run([sys.executable, "-m", "estimator", "plan", "--preset", "nope", "--seq-len", "1"],
+                         capture_output=True, text=True, cwd=root, timeout=120)
+    assert bad.returncode == 2 and bad.stdout == "" and bad.stderr.count("\n") == 1
+
+
+def test_plan_modules_import_no_torch_or_ui():
+    code = ("import sys, estimator.plan, estimator.plan_cli, estimator.solve, estimator.trace, estimator.models; "
+            "print(sorted(m for m in ('torch', 'streamlit', 'plotly') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=Path(__file__).parent.parent, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -260,10 +260,15 @@ def rule_eager(ctx: _Context) -> list[Advice]:
     out = []
     after = ctx.plan(backend="auto")
     sdpa = ctx.estimate(dataclasses.replace(ctx.call, backend="auto"))
-    why = (f"Attention runs hand-written (eager): it materialises the (B, H, L, S) scores in {ctx.call.dtype}, "
-           f"a second copy from the out-of-place masked_fill and an fp32 softmax upcast "
-           f"(seed 004: 6 kernels against 1 for a fused backend); "
-           f"one layer's call peaks at {gib(ctx.est.peak_extra_bytes)} above its inputs.")
+    call = ctx.call
+    extras = [text for text, present in (
+        ("K and V copied to every query head (repeat_interleave)", call.kv_heads < call.q_heads),
+        ("a second copy from the out-of-place mask fill", call.causal or call.mask != "none"),
+        ("an fp32 softmax upcast", call.dtype != "float32")) if present]
+    why = (f"Attention runs hand-written (eager): it materialises the (B, H, L, S) scores in {call.dtype}"
+           + "".join(f", {text}" for text in extras)
+           + f" (seed 004: 6 kernels against 1 for a fused backend); one layer's call peaks at "
+             f"{gib(ctx.est.peak_extra_bytes)} above its inputs.")
     advice = _plan_advice(ctx, "eager-to-sdpa", "Replace the hand-written attention by scaled_dot_product_attention",
                           why, f"SDPA selects {sdpa.selected_backend} here (per layer {gib(ctx.est.peak_extra_bytes)} "
                                f"→ {gib(sdpa.peak_extra_bytes)}).", after, backend="auto")

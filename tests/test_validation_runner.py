@@ -175,6 +175,8 @@ def test_malformed_rows_become_error_rows_and_the_rest_is_measured(tmp_path, fak
     assert rows["d"]["error"].startswith("dtype:")
     assert rows["e"]["error"].startswith("row:")
     assert rows["f"]["error"].startswith("q_len:")
+    assert main(["report", str(out), "--md", str(tmp_path / "r.md")]) == 0  # the report copes with them too
+    assert "| math | float32 | forward | malformed row | batch:" in (tmp_path / "r.md").read_text()
 
 
 @pytest.mark.parametrize("content, message", [

@@ -145,7 +145,10 @@ def add_predictions(df: pd.DataFrame, gpu: str, torch_version: str | None) -> pd
 
 
 def status_table(df: pd.DataFrame) -> pd.DataFrame:
-    table = df.pivot_table(index="backend", columns="status", values="q_len", aggfunc="count", fill_value=0)
+    if df.empty:
+        return pd.DataFrame()
+    table = df.fillna({"backend": "?", "status": "?"}).groupby(["backend", "status"]).size().unstack(fill_value=0)
+    table.columns.name = None
     table["all"] = table.sum(axis=1)
     return table.reset_index()
 
@@ -179,6 +182,14 @@ def overall(df: pd.DataFrame) -> dict:
 
 
 def shape_label(r) -> str:
+    """'B2 H16/4 L1024 S1024 D128 causal mask=bool p=0.1'; 'malformed row' where a size is not a number."""
+    try:
+        return _shape_label(r)
+    except (TypeError, ValueError):
+        return "malformed row"
+
+
+def _shape_label(r) -> str:
     kv = f"/{int(r['kv_heads'])}" if int(r["kv_heads"]) != int(r["q_heads"]) else ""
     text = f"B{int(r['batch'])} H{int(r['q_heads'])}{kv} L{int(r['q_len'])} S{int(r['kv_len'])} D{int(r['head_dim'])}"
     if str(r["causal"]) in ("1", "True", "true", "1.0"):

@@ -73,6 +73,14 @@ class ModelSpec:
         windows = tuple(None if w is None else check_positive_int("window_per_layer", w, MAX_SEQ_LEN)
                         for w in windows)
         object.__setattr__(self, "window_per_layer", windows)
+        if self.max_positions is not None:
+            object.__setattr__(self, "max_positions", check_positive_int("max_positions", self.max_positions, 1 << 30))
+        if self.attn_logit_softcap is not None:
+            try:
+                cap = float(self.attn_logit_softcap)
+            except (TypeError, ValueError):
+                raise ValueError(f"attn_logit_softcap: expected a number, got {self.attn_logit_softcap!r}") from None
+            object.__setattr__(self, "attn_logit_softcap", cap if cap > 0 else None)
         if self.kind == "encoder":
             for field in ("image_size", "patch_size"):
                 check_positive_int(field, getattr(self, field), 1 << 16)
@@ -287,7 +295,9 @@ def _hf_windows(cfg: dict, layers: int, defaults: dict) -> tuple[int | None, ...
     if defaults.get("alternate_window"):
         return tuple(window if i % 2 == 0 else None for i in range(layers))
     if "max_window_layers" in cfg:  # Qwen2: layers at index >= max_window_layers use the window
-        first = int(cfg["max_window_layers"])
+        first = cfg["max_window_layers"]
+        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+            raise ValueError(f"config max_window_layers: expected a whole number >= 0, got {first!r}")
         return tuple(window if i >= first else None for i in range(layers))
     return (window,) * layers
 

@@ -20,6 +20,8 @@ from .models import ModelSpec
 MODES = ("inference", "training")
 CHECKPOINTING = ("none", "selective", "full")
 LOGITS = ("last", "all")
+KV_ALIASES = {"fp8": "float8", "e4m3": "float8", "e5m2": "float8", "float8_e4m3fn": "float8",
+              "float8_e5m2": "float8", "q8": "int8", "q4": "int4"}
 
 # CUBLAS_WORKSPACE_BYTES: 32 MiB per (thread, stream) once a GEMM ran (sdpa-internals.md §0.4, measured);
 # CUDA_CONTEXT_BYTES: what PyTorch cannot hand out (context, kernel images), measured on the H200.
@@ -57,6 +59,7 @@ class PlanInputs:
         object.__setattr__(self, "batch", check_positive_int("batch", self.batch, 1 << 20))
         object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
         kv = self.dtype if self.kv_dtype is None else self.kv_dtype
+        kv = KV_ALIASES.get(str(kv).strip().lower(), kv)
         object.__setattr__(self, "kv_dtype", normalize_dtype(kv, field="kv_dtype", allowed=KV_DTYPE_BITS))
         for name, allowed in (("mode", MODES), ("checkpointing", CHECKPOINTING), ("backend", BACKENDS),
                               ("logits", LOGITS)):

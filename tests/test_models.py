@@ -142,3 +142,16 @@ def test_spec_is_frozen():
     with pytest.raises(AttributeError):
         spec.layers = 3  # type: ignore[misc]
     assert isinstance(spec, ModelSpec)
+
+
+def test_config_values_of_the_wrong_type_are_named():
+    base = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
+            "vocab_size": 10}
+    with pytest.raises(ValueError, match="config max_window_layers: expected a whole number"):
+        from_hf_config({**base, "sliding_window": 8, "max_window_layers": "q"})
+    with pytest.raises(ValueError, match="config sliding_window: expected a positive integer"):
+        from_hf_config({**base, "sliding_window": "big"})
+    with pytest.raises(ValueError, match="max_positions: expected a positive integer"):
+        from_hf_config({**base, "max_position_embeddings": "x"})
+    qwen_like = from_hf_config({**base, "sliding_window": 8, "use_sliding_window": True, "max_window_layers": 1})
+    assert qwen_like.window_per_layer == (None, 8)

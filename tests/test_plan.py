@@ -42,8 +42,8 @@ def test_kv_cache_per_token_golden():
     assert budget("llama-2-7b").kv_cache_bytes_per_token == 524_288
 
 
-@pytest.mark.parametrize("kv_dtype, per_token", [("float8", 65_536), ("int8", 65_536), ("int4", 32_768),
-                                                 ("float32", 262_144)])
+@pytest.mark.parametrize("kv_dtype, per_token", [("float8", 65_536), ("fp8", 65_536), ("int8", 65_536),
+                                                 ("int4", 32_768), ("float32", 262_144)])
 def test_kv_cache_quantised_is_bit_exact(kv_dtype, per_token):
     plan = budget("llama-3-8b", kv_dtype=kv_dtype, seq_len=1001, batch=3)
     assert plan.kv_cache_bytes_per_token == per_token

@@ -40,7 +40,7 @@ def test_change_n_updates_budget_and_url(page, app_url):
     total = metric(page, "total per GPU")
     expect(total).to_have_text(gib_text(estimator_plan(8192)["total_bytes"]))
     page.get_by_label(N_LABEL).fill("32768")
-    page.get_by_role("button", name="Plan").click()
+    page.get_by_role("button", name="Plan", exact=True).click()
     expect(total).to_have_text(gib_text(estimator_plan(32768)["total_bytes"]))
     expect(page).to_have_url(re.compile(r"seq_len=32768"))
     # The shared URL reproduces the plan in a fresh page.

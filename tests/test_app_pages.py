@@ -140,6 +140,13 @@ def test_call_page_changes_and_errors():
     at.selectbox(key="call_backend").set_value("math")
     submit(at, "Estimate")
     assert metric(at, "peak extra (GiB)") != before
+    at.selectbox(key="call_backend").set_value("eager")
+    submit(at, "Estimate")
+    assert metric(at, "backend that runs") == "eager"
+    at.selectbox(key="call_backend").set_value("flash")
+    at.selectbox(key="call_dtype").set_value("float32")
+    submit(at, "Estimate")  # flash cannot run fp32: a plain error with the reason, not an exception
+    assert any("flash" in e.value for e in at.error) and metric(at, "peak extra (GiB)") == "—"
     at.number_input(key="call_kv_heads").set_value(5)
     submit(at, "Estimate")
     assert any("kv_heads" in e.value for e in at.error)

@@ -51,12 +51,34 @@ class CallEstimate:
     error_band: tuple[float, float]
 
 
-def peaks_by_backend(c: Calls, gpu: GPU) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """backend → (peak_extra_bytes, forward_retained_bytes), each computed for every call."""
-    timelines = {"math": memory.math_timeline(c), "flash": memory.flash_timeline(c, gpu.sm_count),
-                 "efficient": memory.efficient_timeline(c), "cudnn": memory.cudnn_timeline(c),
-                 "eager": memory.eager_timeline(c)}
-    return {name: (t.peak, t.marks["forward"]) for name, t in timelines.items()}
+TIMELINES = {"math": memory.math_timeline, "efficient": memory.efficient_timeline,
+             "cudnn": memory.cudnn_timeline, "eager": memory.eager_timeline}
+
+
+def backend_timeline(c: Calls, backend: str, gpu: GPU):
+    if backend == "flash":
+        return memory.flash_timeline(c, gpu.sm_count)
+    return TIMELINES[backend](c)
+
+
+def peaks_for(c: Calls, selected, gpu: GPU) -> tuple[np.ndarray, np.ndarray]:
+    """(peak_extra_bytes, forward_retained_bytes) of each call on its selected backend (0 where none);
+    each backend's timeline runs only on the calls that selected it."""
+    selected = np.broadcast_to(np.asarray(selected, dtype=object), np.shape(c.B))
+    if selected.ndim == 0:
+        if selected == "none":
+            return np.int64(0), np.int64(0)
+        t = backend_timeline(c, str(selected), gpu)
+        return t.peak, t.marks["forward"]
+    peak = np.zeros(selected.shape, dtype=np.int64)
+    retained = np.zeros(selected.shape, dtype=np.int64)
+    for name in ("math", "flash", "efficient", "cudnn", "eager"):
+        rows = selected == name
+        if rows.any():
+            t = backend_timeline(c.take(rows), name, gpu)
+            peak[rows] = t.peak
+            retained[rows] = t.marks["forward"]
+    return peak, retained
 
 
 def estimate_columns(c: Calls, requested, gpu: GPU, torch_version: str = backends.DEFAULT_TORCH) -> dict:
@@ -69,11 +91,7 @@ def estimate_columns(c: Calls, requested, gpu: GPU, torch_version: str = backend
     for name, can in ok.items():
         supported = supported | ((selected == name) & can)
     selected = np.where(supported, selected, "none")
-    peak = np.zeros(np.shape(selected), dtype=np.int64)
-    retained = np.zeros(np.shape(selected), dtype=np.int64)
-    for name, (p, r) in peaks_by_backend(c, gpu).items():
-        peak = np.where(selected == name, p, peak)
-        retained = np.where(selected == name, r, retained)
+    peak, retained = peaks_for(c, selected, gpu)
     inputs = c.input_bytes()
     cublas = np.where(np.isin(selected, ("math", "eager")), CUBLAS_WORKSPACE_BYTES * np.where(c.grad, 2, 1), 0)
     fits = supported & (inputs + peak + cublas <= USABLE_FRACTION * (gpu.memory_bytes - CUDA_CONTEXT_BYTES))

@@ -179,21 +179,27 @@ def flash_num_splits(c: Calls, heads, q_len, head_dim, sm_count):
     n_blocks = cdiv(c.S, block_n)
     work = c.B * heads * cdiv(q_len, 64)
     sms2 = 2 * sm_count
+    split = (work < 0.8 * sms2) & ~c.has_dropout & (n_blocks > 1)
+    splits = np.ones(np.shape(work), dtype=np.int64)
+    if not np.any(split):
+        return splits
+    idx = np.nonzero(np.atleast_1d(split))
+    n_blocks, work = np.atleast_1d(n_blocks)[idx], np.atleast_1d(work)[idx].astype(np.float64)
     max_splits = np.minimum(np.minimum(128, sms2), n_blocks)
-    work_f = np.asarray(work, dtype=np.float64)
-    best = np.zeros(np.shape(work_f))
-    effs = []
-    for s in range(1, 129):
+    candidates = []
+    best = np.zeros(work.shape)
+    for s in range(1, int(max_splits.max()) + 1):
         eligible = (s <= max_splits) & ((s == 1) | (cdiv(n_blocks, s) != cdiv(n_blocks, max(s - 1, 1))))
-        waves = work_f * s / sms2
+        waves = work * s / sms2
         eff = np.where(eligible, waves / np.ceil(waves), 0.0)
-        effs.append((s, eligible, eff))
+        candidates.append((s, eligible, eff))
         best = np.maximum(best, eff)
-    chosen = np.zeros(np.shape(work_f), dtype=np.int64)
-    for s, eligible, eff in effs:
+    chosen = np.zeros(work.shape, dtype=np.int64)
+    for s, eligible, eff in candidates:
         chosen = np.where((chosen == 0) & eligible & (eff >= 0.85 * best), s, chosen)
-    split = (work < 0.8 * sms2) & ~c.has_dropout
-    return np.where(split, np.maximum(chosen, 1), 1)
+    out = np.atleast_1d(splits).copy()
+    out[idx] = np.maximum(chosen, 1)
+    return out.reshape(np.shape(splits))
 
 
 def flash_timeline(c: Calls, sm_count: int) -> Timeline:

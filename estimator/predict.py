@@ -7,6 +7,7 @@ never stops the others. Extra input columns are copied through untouched.
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
 
 import numpy as np
@@ -35,6 +36,18 @@ class _Errors:
             self.msg[bad] = text if isinstance(text, str) else np.asarray(text, dtype=object)[bad]
 
 
+def _numeric(series: pd.Series) -> np.ndarray:
+    """Floats from a column of strings; numpy's parser first (fast), pandas' coercion if any is malformed."""
+    try:
+        return series.to_numpy(dtype=object).astype(np.float64)
+    except (ValueError, TypeError):
+        return pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64)
+
+
+def _isin(values: np.ndarray, allowed) -> np.ndarray:
+    return pd.Series(values).isin(list(allowed)).to_numpy()
+
+
 def _text(df: pd.DataFrame, col: str) -> np.ndarray:
     return df[col].astype(str).str.strip().str.lower().to_numpy(dtype=object)
 
@@ -48,34 +61,36 @@ def calls_from_frame(df: pd.DataFrame) -> tuple[Calls, np.ndarray, np.ndarray]:
         raise ValueError(f"input CSV: missing column(s) {', '.join(missing)}")
     ints = {}
     for field, limit in INT_FIELDS.items():
-        raw = pd.to_numeric(df[field], errors="coerce").to_numpy(dtype=np.float64)
+        raw = _numeric(df[field])
         bad_num = ~np.isfinite(raw) | (raw != np.floor(raw))
-        errors.add(bad_num, [f"{field}: expected a positive integer, got {v!r}" for v in df[field].tolist()])
+        if bad_num.any():
+            shown = df[field].astype(str).to_numpy(dtype=object)
+            errors.add(bad_num, np.array([f"{field}: expected a positive integer, got {v!r}" for v in shown]))
         errors.add(~bad_num & (raw < 1), f"{field}: must be at least 1")
         errors.add(~bad_num & (raw > limit), f"{field}: absurdly large (limit {limit:,})")
         ints[field] = np.where(bad_num | (raw < 1) | (raw > limit), 1, raw).astype(np.int64)
     errors.add(ints["q_heads"] % ints["kv_heads"] != 0, "kv_heads: q_heads must be divisible by kv_heads")
     score = ints["batch"].astype(np.float64) * ints["q_heads"] * ints["q_len"] * ints["kv_len"]
     errors.add(score > MAX_SCORE_ELEMENTS, "q_len: batch·q_heads·q_len·kv_len is absurdly large")
-    dtype = np.array([DTYPE_ALIASES.get(v.removeprefix("torch."), v.removeprefix("torch."))
-                      for v in _text(df, "dtype")], dtype=object)
-    errors.add(~np.isin(dtype, list(DTYPE_BITS)), f"dtype: unknown; expected one of {', '.join(DTYPE_BITS)}")
+    dtype = (df["dtype"].astype(str).str.strip().str.lower().str.removeprefix("torch.")
+             .replace(DTYPE_ALIASES).to_numpy(dtype=object))
+    errors.add(~_isin(dtype, DTYPE_BITS), f"dtype: unknown; expected one of {', '.join(DTYPE_BITS)}")
     backend = _text(df, "backend")
-    errors.add(~np.isin(backend, BACKENDS), f"backend: unknown; expected one of {', '.join(BACKENDS)}")
+    errors.add(~_isin(backend, BACKENDS), f"backend: unknown; expected one of {', '.join(BACKENDS)}")
     mask = _text(df, "mask")
-    mask = np.where(np.isin(mask, ("", "nan")), "none", mask)
-    errors.add(~np.isin(mask, MASKS), f"mask: unknown; expected one of {', '.join(MASKS)}")
+    mask = np.where(_isin(mask, ("", "nan")), "none", mask)
+    errors.add(~_isin(mask, MASKS), f"mask: unknown; expected one of {', '.join(MASKS)}")
     mode = _text(df, "mode")
-    errors.add(~np.isin(mode, MODES), f"mode: unknown; expected one of {', '.join(MODES)}")
+    errors.add(~_isin(mode, MODES), f"mode: unknown; expected one of {', '.join(MODES)}")
     causal_txt = _text(df, "causal")
-    causal_ok = np.isin(causal_txt, ("0", "1", "0.0", "1.0", "true", "false"))
+    causal_ok = _isin(causal_txt, ("0", "1", "0.0", "1.0", "true", "false"))
     errors.add(~causal_ok, "causal: expected 0 or 1")
-    dropout = pd.to_numeric(df["dropout"], errors="coerce").to_numpy(dtype=np.float64)
+    dropout = _numeric(df["dropout"])
     errors.add(~((dropout >= 0) & (dropout < 1)), "dropout: expected a probability in [0, 1)")
-    bits = np.array([DTYPE_BITS.get(d, 16) for d in dtype], dtype=np.int64)
+    bits = np.where(dtype == "float32", 32, 16).astype(np.int64)
     c = Calls(B=ints["batch"], Hq=ints["q_heads"], Hk=ints["kv_heads"], D=ints["head_dim"], L=ints["q_len"],
               S=ints["kv_len"], bits=bits, bf16=dtype == "bfloat16",
-              causal=np.isin(causal_txt, ("1", "1.0", "true")), mask_bool=mask == "bool",
+              causal=_isin(causal_txt, ("1", "1.0", "true")), mask_bool=mask == "bool",
               mask_float=mask == "float", dropout=np.nan_to_num(dropout), grad=mode == "forward_backward")
     return c, backend, errors.msg
 
@@ -111,6 +126,48 @@ def predict_frame(df: pd.DataFrame, gpu: str, torch_version: str = backends.DEFA
     return out
 
 
+def read_csv_text(path) -> pd.DataFrame:
+    """Every column as text, nothing turned into NaN (so extra columns go back out untouched).
+    pyarrow's reader when available (several times faster on 100k rows), pandas' otherwise."""
+    try:
+        import pyarrow as pa
+        from pyarrow import csv as pacsv
+    except ImportError:
+        return pd.read_csv(path, dtype=str, keep_default_na=False)
+    with open(path, newline="") as fh:
+        header = next(csv.reader(fh), None)
+    if not header:
+        raise ValueError("input CSV: empty file (no header row)")
+    try:
+        table = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(
+            column_types={name: pa.string() for name in header}, strings_can_be_null=False, null_values=[]))
+    except pa.ArrowInvalid as exc:
+        raise ValueError(f"input CSV: {str(exc).splitlines()[0]}") from None
+    return table.to_pandas()
+
+
+def write_csv(df: pd.DataFrame, path) -> None:
+    """pyarrow's writer when available (unquoted, or quoted throughout if any value holds a comma,
+    quote or newline), pandas' otherwise."""
+    try:
+        import pyarrow as pa
+        from pyarrow import csv as pacsv
+    except ImportError:
+        df.to_csv(path, index=False)
+        return
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    for quoting in ("none", "needed"):
+        try:
+            with open(path, "w", newline="") as fh:
+                csv.writer(fh).writerow(df.columns)  # pyarrow would quote every header name
+            with open(path, "ab") as fh:
+                pacsv.write_csv(table, fh, write_options=pacsv.WriteOptions(include_header=False,
+                                                                            quoting_style=quoting))
+            return
+        except pa.ArrowInvalid:
+            continue
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m estimator predict", description=__doc__.splitlines()[0])
     parser.add_argument("input", help="CSV with contract §2 columns")
@@ -121,10 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         get_gpu(args.gpu)
         backends.check_torch_version(args.torch)
-        df = pd.read_csv(args.input, dtype=str, keep_default_na=False)
+        df = read_csv_text(args.input)
         result = predict_frame(df, args.gpu, args.torch)
     except (ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
-    result.to_csv(args.output, index=False)
+    write_csv(result, args.output)
     return 0

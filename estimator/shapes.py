@@ -42,6 +42,10 @@ class Calls:
     dropout: np.ndarray
     grad: np.ndarray
 
+    def take(self, index) -> Calls:
+        """The calls at `index` (a bool mask or integer positions), as a new column set."""
+        return Calls(**{f: np.asarray(getattr(self, f))[index] for f in self.__dataclass_fields__})
+
     @property
     def es(self):
         """Element size of the inputs in bytes."""

@@ -18,7 +18,7 @@ MIB = 2**20
 
 def row(backend="math", dtype="bfloat16", mode="forward", measured=100 * MIB, predicted=100 * MIB, ran=None,
         predicted_backend=None, status="ok", supported=True, q_len=1024, time_ms=1.0, predicted_time_ms=1.0,
-        n_kernels=0, device="NVIDIA H200", **call):
+        n_kernels=0, device="NVIDIA H200", torch_flops=None, predicted_flops=None, **call):
     base = dict(batch=1, q_heads=8, kv_heads=8, head_dim=64, q_len=q_len, kv_len=q_len, causal=0, mask="none",
                 dropout=0.0)
     base.update(call)
@@ -26,10 +26,10 @@ def row(backend="math", dtype="bfloat16", mode="forward", measured=100 * MIB, pr
             "measured_peak_extra_bytes": measured if status == "ok" else None,
             "measured_time_ms": time_ms if status == "ok" else None,
             "ran_backend": (ran or backend) if status == "ok" else "", "n_kernels": n_kernels,
-            "torch_flops": None, "torch_version": "2.11.0+cu130", "device_name": device, "error": "",
+            "torch_flops": torch_flops, "torch_version": "2.11.0+cu130", "device_name": device, "error": "",
             "predicted_supported": supported, "predicted_selected_backend": predicted_backend or backend,
             "predicted_peak_extra_bytes": predicted if supported else None, "predicted_fits": True,
-            "predicted_flops": None, "predicted_time_ms": predicted_time_ms}
+            "predicted_flops": predicted_flops, "predicted_time_ms": predicted_time_ms}
 
 
 def frame(*rows):
@@ -59,6 +59,8 @@ def test_error_table_counts_wrong_backend_and_supported_mismatch():
     assert table.loc["auto", "worst_rel_err"] == "10.0%"
     assert table.loc["flash", "supported_mismatch"] == 2  # ran though predicted unsupported; and the reverse
     assert table.loc["flash", "cases"] == 3 and table.loc["flash", "compared"] == 0
+    flops = frame(row(torch_flops=100, predicted_flops=100), row(torch_flops=100, predicted_flops=125), row())
+    assert report.error_table(flops)["flops_exact"].tolist() == ["1/2"]
 
 
 def test_worst_cases_are_sorted_by_error_over_tolerance():

@@ -155,7 +155,7 @@ def status_table(df: pd.DataFrame) -> pd.DataFrame:
 
 def error_table(df: pd.DataFrame, by=("backend", "mode", "dtype")) -> pd.DataFrame:
     """Peak error per group: share within max(3 %, 2 MiB), median |rel err|, the worst case's (furthest out
-    of tolerance) signed relative and absolute error,
+    of tolerance) signed relative and absolute error, FLOPs equal to FlopCounterMode's (where it counted),
     time median |rel err|, wrong backend predictions and supported mismatches."""
     rows = []
     for key, g in df.groupby(list(by), sort=True):
@@ -169,6 +169,7 @@ def error_table(df: pd.DataFrame, by=("backend", "mode", "dtype")) -> pd.DataFra
                      "worst_err_MiB": round(worst["abs_err_peak_bytes"] / MIB, 2) if worst is not None else "",
                      "time_median_abs_rel_err": _pct(g["rel_err_time"].abs().median())
                      if g["rel_err_time"].notna().any() else "",
+                     "flops_exact": f"{int(g['rel_err_flops'].eq(0).sum())}/{int(g['rel_err_flops'].notna().sum())}",
                      "wrong_backend": int(g["wrong_backend"].sum()),
                      "supported_mismatch": int(g["supported_mismatch"].sum())})
     return pd.DataFrame(rows)
@@ -424,6 +425,7 @@ def build_report(df: pd.DataFrame, *, meta: dict | None = None, title: str = "",
     parts += ["\n## Status counts\n\n", markdown_table(status_table(df)),
               "\n## Peak error per backend × mode × dtype\n\n",
               "rel err = (predicted − measured) / measured; worst = the case furthest out of tolerance; "
+              "flops_exact = predicted FLOPs equal to FlopCounterMode's count / rows where it counted; "
               "wrong backend = predicted selected backend ≠ the one the profiler saw; "
               "supported mismatch = predicted unsupported but ran, or the reverse.\n\n",
               markdown_table(error_table(df)),

@@ -4,11 +4,15 @@ training activations (the Korthikanti et al. 2022 terms generalised to RMSNorm, 
     pip install transformers   # any environment; not a project dependency
     python bench/bench_plan_activations.py --out tests/data/hf_layer_saved_bytes.csv
 
+    python bench/bench_plan_activations.py --inference --out tests/data/hf_layer_inference_peak.csv
+
 Runs on the CPU in bf16 (saved tensors do not depend on the device, except inside the attention kernel).
 Walks the autograd graph after one layer's forward and sums the storages that nodes saved, each storage once,
 leaving out the parameters, the layer input (the previous layer owns it) and the RoPE cos/sin tables (computed
 once per forward and shared by every layer). `core_bytes` is what the SDPA node saved (q, k, v, out,
 logsumexp); `other_bytes` the rest (norms, projection inputs, FFN).
+With `--inference`: the peak live bytes above the layer input during one forward under `torch.no_grad()`,
+from the profiler's memory events (validation's CPU protocol), at shapes where the FFN phase is the peak.
 """
 
 from __future__ import annotations
@@ -67,12 +71,68 @@ def measure(batch, seq_len, hidden, q_heads, kv_heads, head_dim, ffn) -> tuple[i
     return core, other
 
 
+INFERENCE_CASES = [  # FFN-dominated shapes: small n, wide FFN
+    ("gqa-ffn", 2, 64, 512, 8, 2, 64, 2048),
+    ("mqa-ffn", 1, 256, 256, 4, 1, 64, 1024),
+]
+
+
+def _layer(batch, seq_len, hidden, q_heads, kv_heads, head_dim, ffn):
+    import torch
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+    cfg = LlamaConfig(hidden_size=hidden, num_attention_heads=q_heads, num_key_value_heads=kv_heads,
+                      head_dim=head_dim, intermediate_size=ffn, num_hidden_layers=1, vocab_size=1000)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    layer = LlamaDecoderLayer(cfg, layer_idx=0).to(torch.bfloat16)
+    x = torch.randn(batch, seq_len, hidden, dtype=torch.bfloat16)
+    pos = torch.arange(seq_len)[None].expand(batch, seq_len)
+    cos, sin = LlamaRotaryEmbedding(cfg)(x, pos)
+    return layer, x, pos, (cos.to(torch.bfloat16), sin.to(torch.bfloat16))
+
+
+def inference_peak(*shape) -> int:
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    layer, x, pos, rope = _layer(*shape)
+    with torch.no_grad():
+        layer(x, attention_mask=None, position_ids=pos, position_embeddings=rope)  # warm-up
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            layer(x, attention_mask=None, position_ids=pos, position_embeddings=rope)
+    events = [e for e in prof.profiler.kineto_results.events()
+              if e.name() == "[memory]" and e.device_type() == DeviceType.CPU]
+    live = peak = 0
+    for event in sorted(events, key=lambda e: e.start_ns()):
+        live += event.nbytes()
+        peak = max(peak, live)
+    return peak
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="hf_layer_saved_bytes.csv")
+    parser.add_argument("--inference", action="store_true", help="peak of a no-grad forward instead")
     args = parser.parse_args(argv)
     import torch
     import transformers
+
+    if args.inference:
+        torch.set_num_threads(2)
+        with open(args.out, "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["case", "batch", "seq_len", "hidden", "q_heads", "kv_heads", "head_dim", "ffn", "dtype",
+                             "peak_extra_bytes", "torch", "transformers", "device", "command"])
+            for case in INFERENCE_CASES:
+                peak = inference_peak(*case[1:])
+                writer.writerow([*case, "bfloat16", peak, torch.__version__, transformers.__version__, "cpu",
+                                 "python bench/bench_plan_activations.py --inference "
+                                 "--out tests/data/hf_layer_inference_peak.csv"])
+                print(case[0], peak)
+        return 0
 
     with open(args.out, "w", newline="") as handle:
         writer = csv.writer(handle)

@@ -304,8 +304,11 @@ def budget(inputs: PlanInputs) -> Plan:
         for a in attn:
             cache_layer = 2 * b * ceil_div(a.span, inputs.cp) * hk * d * kv_bits // 8
             transient_kv = kv_new if m.kind == "encoder" else max(0, kv_new - cache_layer)
-            attn_phase = max(attn_phase, resid + q_bytes + transient_kv + a.memory.peak_extra_bytes + cp_buffer)
-        ffn_phase = 2 * resid + ffn_live
+            # residual + the normed input (the attention module's argument, alive until it returns) + q + the call
+            attn_phase = max(attn_phase, 2 * resid + q_bytes + transient_kv + a.memory.peak_extra_bytes + cp_buffer)
+        # layer input (the caller still holds it) + the new residual + the normed input + the FFN intermediates
+        # (measured peak of a HF LlamaDecoderLayer, tests/data/hf_layer_inference_peak.csv)
+        ffn_phase = 3 * resid + ffn_live
         rows = b * (n if inputs.logits == "all" and m.kind == "decoder" else 1)
         logits_phase = resid + rows * V * (es + 4)  # logits in dtype, then .float() (HF generate)
         activations = max(attn_phase, ffn_phase, logits_phase)

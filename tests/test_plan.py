@@ -270,11 +270,11 @@ def test_selective_recompute_matches_korthikanti_without_dropout():
     assert detail["layer_norms_bytes"] == 4 * s * b * h + 2 * 2 * s * b * 4
 
 
-def _measured_layers():
+def _measured_layers(name="hf_layer_saved_bytes.csv"):
     import csv
     from pathlib import Path
 
-    with open(Path(__file__).parent / "data" / "hf_layer_saved_bytes.csv") as handle:
+    with open(Path(__file__).parent / "data" / name) as handle:
         return list(csv.DictReader(handle))
 
 
@@ -295,3 +295,19 @@ def test_training_layer_activations_match_a_measured_hf_llama_layer(row):
                + d["layer_attention_bytes"] - d["layer_attention_core_bytes"])
     assert outside == int(row["other_bytes"])
     assert d["layer_attention_core_bytes"] == pytest.approx(int(row["core_bytes"]), rel=0.01)
+
+
+@pytest.mark.parametrize("row", _measured_layers("hf_layer_inference_peak.csv"), ids=lambda r: r["case"])
+def test_inference_ffn_phase_matches_a_measured_hf_llama_layer(row):
+    # Measured: peak live bytes above the layer input during a no-grad forward of a Hugging Face
+    # LlamaDecoderLayer (bench/bench_plan_activations.py --inference; CPU profiler memory events, torch 2.13,
+    # bf16) at shapes where the FFN phase is the peak: the new residual + normed input + gate/up/product.
+    from estimator.models import ModelSpec
+
+    n = {k: int(row[k]) for k in ("batch", "seq_len", "hidden", "q_heads", "kv_heads", "head_dim", "ffn")}
+    model = ModelSpec(name=row["case"], layers=1, hidden=n["hidden"], q_heads=n["q_heads"], kv_heads=n["kv_heads"],
+                      head_dim=n["head_dim"], ffn=n["ffn"], vocab=1000)
+    plan = plan_budget(PlanInputs(model=model, seq_len=n["seq_len"], batch=n["batch"], gpu="h200"))
+    layer_input = n["batch"] * n["seq_len"] * n["hidden"] * 2
+    assert plan.activation_detail["ffn_phase_bytes"] - layer_input == int(row["peak_extra_bytes"])
+    assert plan.activation_bytes == plan.activation_detail["ffn_phase_bytes"]

@@ -154,6 +154,9 @@ def test_rows_are_on_disk_as_measured_and_resume_finishes_the_sweep(tmp_path, fa
              measure_fn=lambda call, device, repeats: again.append(call.q_len) or {"status": "ok"})
     assert [r["id"] for r in read_out(path)] == [f"t-{i:04d}" for i in range(6)]
     assert again == [64, 80, 96]
+    other = [{k: v for k, v in r.items() if k != "mask"} for r in rows]
+    with pytest.raises(ValueError, match="other columns"):
+        sweep(list(other[0]), other, str(path), RunOptions(), resume=True)
 
 
 def test_malformed_rows_become_error_rows_and_the_rest_is_measured(tmp_path, fake_predict):
@@ -241,3 +244,13 @@ def test_cli_run_on_cpu_with_the_real_estimator_puts_its_predictions_beside(tmp_
         assert r["peak_within_tol"] == "True"  # CPU forward peaks of math and eager follow the CUDA formulas
         assert abs(float(r["rel_err_peak"])) < 0.01 and float(r["predicted_time_ms"]) > 0
     assert flash["status"] == "ok" and flash["predicted_supported"] == "false"  # no fp32 flash on a GPU
+
+
+def test_ctrl_c_in_the_cli_says_where_the_rows_are(tmp_path, monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "sweep", interrupted)
+    inp = write_cases(tmp_path, [case("math", "float32", **SMALL)])
+    assert main(["run", "--in", str(inp), "--out", str(tmp_path / "o.csv"), "--device", "cpu"]) == 130
+    assert "--resume continues" in capsys.readouterr().err

@@ -127,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        out = getattr(args, "out", None)
+        print("interrupted" + (f": the rows measured so far are in {out}; --resume continues" if out else ""),
+              file=sys.stderr)
+        return 130
     except OSError as exc:
         print(f"error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
         return 2

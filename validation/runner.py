@@ -63,6 +63,8 @@ class RunOptions:
             raise ValueError(f"repeats: expected a positive integer, got {self.repeats!r}")
         if self.timeout_s < 0:
             raise ValueError(f"timeout_s: must be >= 0, got {self.timeout_s!r}")
+        if self.margin_fraction < 0 or self.margin_bytes < 0:
+            raise ValueError("margin_fraction, margin_bytes: must be >= 0")
 
 
 class CaseTimeout(BaseException):
@@ -355,9 +357,15 @@ def sweep(inputs: list[str], rows: list[dict], out_path: str, options: RunOption
               f"are the {options.gpu} figures)", file=stream, flush=True)
     if note:
         print(f"validation: {note}", file=stream, flush=True)
-    skip = done_ids(out_path) if resume and "id" in inputs else set()
+    if resume and "id" not in inputs:
+        raise ValueError("--resume: the input has no id column to match rows by")
+    skip = done_ids(out_path) if resume else set()
     fields = inputs + list(OUTPUT_FIELDS)
     append = bool(skip)
+    if append:
+        with open(out_path, newline="") as fh:
+            if next(csv.reader(fh), []) != fields:
+                raise ValueError(f"--resume: {out_path} has other columns than this input would write")
     counts = {s: 0 for s in STATUSES}
     progress = Progress(len(rows), stream)
     with open(out_path, "a" if append else "w", newline="") as fh:

@@ -12,7 +12,9 @@ leaving out the parameters, the layer input (the previous layer owns it) and the
 once per forward and shared by every layer). `core_bytes` is what the SDPA node saved (q, k, v, out,
 logsumexp); `other_bytes` the rest (norms, projection inputs, FFN).
 With `--inference`: the peak live bytes above the layer input during one forward under `torch.no_grad()`,
-from the profiler's memory events (validation's CPU protocol), at shapes where the FFN phase is the peak.
+from the profiler's memory events (validation's CPU protocol), at shapes where the FFN phase is the peak, and
+with SDPA forced to the math backend at shapes where attention is (the CPU math path allocates what the GPU one
+does, sdpa-internals.md §1).
 """
 
 from __future__ import annotations
@@ -71,9 +73,11 @@ def measure(batch, seq_len, hidden, q_heads, kv_heads, head_dim, ffn) -> tuple[i
     return core, other
 
 
-INFERENCE_CASES = [  # FFN-dominated shapes: small n, wide FFN
-    ("gqa-ffn", 2, 64, 512, 8, 2, 64, 2048),
-    ("mqa-ffn", 1, 256, 256, 4, 1, 64, 1024),
+INFERENCE_CASES = [  # name, shape, SDPA backend: FFN-dominated shapes (default backend), then math-dominated ones
+    ("gqa-ffn", 2, 64, 512, 8, 2, 64, 2048, "default"),
+    ("mqa-ffn", 1, 256, 256, 4, 1, 64, 1024, "default"),
+    ("mha-math", 1, 1024, 256, 4, 4, 64, 512, "math"),
+    ("gqa-math", 2, 512, 256, 8, 2, 32, 512, "math"),
 ]
 
 
@@ -93,13 +97,17 @@ def _layer(batch, seq_len, hidden, q_heads, kv_heads, head_dim, ffn):
     return layer, x, pos, (cos.to(torch.bfloat16), sin.to(torch.bfloat16))
 
 
-def inference_peak(*shape) -> int:
+def inference_peak(*shape, backend: str = "default") -> int:
+    import contextlib
+
     import torch
     from torch.autograd import DeviceType
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.profiler import ProfilerActivity, profile
 
     layer, x, pos, rope = _layer(*shape)
-    with torch.no_grad():
+    forced = sdpa_kernel([SDPBackend.MATH]) if backend == "math" else contextlib.nullcontext()
+    with torch.no_grad(), forced:
         layer(x, attention_mask=None, position_ids=pos, position_embeddings=rope)  # warm-up
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             layer(x, attention_mask=None, position_ids=pos, position_embeddings=rope)
@@ -124,10 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(2)
         with open(args.out, "w", newline="") as handle:
             writer = csv.writer(handle)
-            writer.writerow(["case", "batch", "seq_len", "hidden", "q_heads", "kv_heads", "head_dim", "ffn", "dtype",
-                             "peak_extra_bytes", "torch", "transformers", "device", "command"])
+            writer.writerow(["case", "batch", "seq_len", "hidden", "q_heads", "kv_heads", "head_dim", "ffn",
+                             "sdpa_backend", "dtype", "peak_extra_bytes", "torch", "transformers", "device", "command"])
             for case in INFERENCE_CASES:
-                peak = inference_peak(*case[1:])
+                peak = inference_peak(*case[1:-1], backend=case[-1])
                 writer.writerow([*case, "bfloat16", peak, torch.__version__, transformers.__version__, "cpu",
                                  "python bench/bench_plan_activations.py --inference "
                                  "--out tests/data/hf_layer_inference_peak.csv"])

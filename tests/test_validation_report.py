@@ -188,6 +188,11 @@ def test_nsweep_doubles_n_and_random_is_seeded():
     assert any(r["q_len"] <= 4 for r in sample)  # decode shapes are in the space
 
 
-def test_unknown_grid_kind_is_a_value_error():
+def test_unknown_grid_kind_or_option_is_a_value_error():
     with pytest.raises(ValueError, match="kind: unknown grid"):
         make_grid("everything")
+    with pytest.raises(ValueError, match="mode: unknown"):
+        make_grid("nsweep", mode="train")
+    rows = make_grid("nsweep", dtype="float32", mode="forward_backward", stop=1024)
+    assert {(r["dtype"], r["mode"]) for r in rows} == {("float32", "forward_backward")}
+    assert max(r["q_len"] for r in rows) == 1024

@@ -66,7 +66,7 @@ def _run(args) -> int:
 
 def _grid(args) -> int:
     from validation import grid
-    rows = grid.make_grid(args.kind, seed=args.seed, n=args.n)
+    rows = grid.make_grid(args.kind, seed=args.seed, n=args.n, dtype=args.dtype, mode=args.mode, stop=args.stop)
     grid.write_csv(rows, args.out)
     print(f"wrote {len(rows)} cases to {args.out}", file=sys.stderr)
     return 0
@@ -105,6 +105,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--out", required=True)
     g.add_argument("--seed", type=int, default=0, help="random: the seed (default 0)")
     g.add_argument("--n", type=int, default=200, help="random: number of cases (default 200)")
+    g.add_argument("--dtype", default="bfloat16", help="nsweep: dtype (default bfloat16)")
+    g.add_argument("--mode", default="forward", help="nsweep: forward or forward_backward (default forward)")
+    g.add_argument("--stop", type=int, default=32768, help="nsweep: largest n (default 32768)")
     g.set_defaults(func=_grid)
     rep = sub.add_parser("report", help="error tables and checks for a run's output CSV")
     rep.add_argument("csv", help="output CSV of `python -m validation run`")

@@ -183,7 +183,13 @@ def predict_rows(rows: list[dict], gpu: str, torch_version: str | None) -> tuple
 
 
 def _missing(value) -> bool:
-    return value is None or (isinstance(value, float) and value != value) or value == ""
+    """None, NaN, pandas' NA or an empty cell."""
+    if value is None or (isinstance(value, float) and value != value):
+        return True
+    try:
+        return bool(value == "")
+    except TypeError:  # pd.NA refuses to be a bool
+        return True
 
 
 def _number(value) -> float | None:

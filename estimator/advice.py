@@ -439,30 +439,36 @@ def _flash_blocker_advice(ctx: _Context, blocker: str, flash_reasons: str) -> Ad
 
 
 def _pad_head_dim(ctx: _Context) -> Advice | None:
-    """Padding q, k, v with zeros to a multiple of 8 (output sliced back) makes efficient/cuDNN eligible; advised
-    when the estimator says SDPA then runs a different fused backend that is faster, or a fused one instead of
-    math. The baseline is what SDPA selects now (`auto`), also for eager and forced backends."""
+    """head_dim % 8 != 0: efficient and cuDNN refuse it and flash copies q, k, v to a padded head_dim on every call
+    (attention.cpp pad_last_dim<8>). Advised when the estimator says the call with head_dim rounded up to a multiple
+    of 8 (`auto`) runs a fused backend instead of math, or is faster or has a lower peak. The baseline is what SDPA
+    selects now (`auto`), also for eager and forced backends."""
     call = dataclasses.replace(ctx.call, backend="auto")
     if call.head_dim % 8 == 0 or call.head_dim > 256:
         return None
     est_now = ctx.estimate(call)
     padded = dataclasses.replace(call, head_dim=-(-call.head_dim // 8) * 8)
     est = ctx.estimate(padded)
-    if not est.supported or est.selected_backend not in FUSED or est.selected_backend == est_now.selected_backend:
+    if not est.supported or est.selected_backend not in FUSED:
         return None
-    if est_now.selected_backend in FUSED and est.time_ms >= est_now.time_ms:
+    if est_now.supported and est_now.selected_backend in FUSED and not (
+            est.time_ms < est_now.time_ms or est.peak_extra_bytes < est_now.peak_extra_bytes):
         return None
+    now = est_now.selected_backend
+    gain = (f"so that {est.selected_backend} can run" if est.selected_backend != now else
+            f"so that {now} needs no per-call padding copies")
     return _call_advice(
-        ctx, "pad-head-dim", f"Pad head_dim {call.head_dim} → {padded.head_dim} so that "
-                             f"{est.selected_backend} can run",
+        ctx, "pad-head-dim", f"Pad head_dim {call.head_dim} → {padded.head_dim} {gain}",
         f"head_dim {call.head_dim} is not a multiple of 8: efficient and cuDNN refuse it "
         f"(efficient: {', '.join(est_now.reasons.get('efficient', ())) or 'can run'}; cuDNN: "
-        f"{', '.join(est_now.reasons.get('cudnn', ())) or 'can run'}), so SDPA runs {est_now.selected_backend}. "
+        f"{', '.join(est_now.reasons.get('cudnn', ())) or 'can run'}), so SDPA runs {now}"
+        + (", which copies q, k and v to a padded head_dim on every call" if now == "flash" else "") + ". "
         "Flash in torch 2.11 takes any head_dim ≤ 256 and pads to a multiple of 8 itself, so seed 000's "
         "'pad 80 → 96 for flash' is out of date (80 is aligned already); on Hopper with torch 2.11 PyTorch "
         "prefers cuDNN over flash when cuDNN can run.",
-        "Pad q, k, v with zeros to the next multiple of 8 and slice the output back (keep the softmax scale "
-        "of the original head_dim).", padded, est, before=(call, est_now))
+        f"Pad in the weights: zero columns in W_q, W_k, W_v (head_dim {call.head_dim} → {padded.head_dim}) and zero "
+        f"rows in W_o, keeping the softmax scale 1/sqrt({call.head_dim}); the estimate is the padded call "
+        "(padding q, k, v per call instead would add their copies back).", padded, est, before=(call, est_now))
 
 
 def _gqa_expansion(ctx: _Context, selected: str, fix) -> Advice:

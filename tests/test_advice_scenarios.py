@@ -100,9 +100,17 @@ def test_llm_prefill_8k_head_dim_100_on_hopper_pads_for_cudnn():
     before(ids, ("profile-first", "pad-head-dim"), ("pad-head-dim", "split-prefill-decode"))
 
 
-def test_llm_prefill_head_dim_100_on_ampere_needs_no_padding():
-    ids, _ = run(f"{LLM_D100} --gpu a100-80gb")  # flash runs D=100 (pads itself) and is first on Ampere
-    assert "pad-head-dim" not in ids and "use-fused-kernel" not in ids and ids[0] == "fits"
+def test_llm_prefill_head_dim_100_on_ampere_pads_to_drop_flashs_copies():
+    ids, found = run(f"{LLM_D100} --gpu a100-80gb")  # flash runs D=100 but copies q, k, v padded to 104 per call
+    assert "use-fused-kernel" not in ids and ids[0] == "fits"
+    pad = found["pad-head-dim"]
+    assert "no per-call padding copies" in pad.title
+    assert pad.bytes_after < pad.bytes_before  # the same flash kernel without the padded copies
+
+
+def test_aligned_head_dim_gets_no_padding_advice():
+    ids, _ = run("--layers 32 --hidden 2560 --heads 32 --head-dim 80 --ffn 8640 --vocab 32000 --seq-len 8192")
+    assert "pad-head-dim" not in ids  # seed 000's head_dim 80 is already a multiple of 8
 
 
 def test_llm_prefill_head_dim_100_on_the_math_path():

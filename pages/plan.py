@@ -140,7 +140,9 @@ with tab1:
 with tab2:
     st.plotly_chart(figures.shares({"attention": p["attention_share"], "FFN": p["ffn_share"],
                                     "embedding": p["embedding_share"]},
-                                   title="Share of the prefill's FLOPs"), key="shares_chart")
+                                   title=f"Share of the {'training step' if inputs.mode == 'training' else 'prefill'}"
+                                         " time (attention = projections + core; the rest: norms, residuals)"),
+                    key="shares_chart")
 
 # --- export --------------------------------------------------------------------------------------------------
 st.subheader("Export")

@@ -28,6 +28,8 @@ CASES = {
     "llama-2-70b tp8 cp2": dict(model="llama-2-70b", seq_len=30001, tp=8, cp=2, gpus=32, batch=16),
     "gemma-2 alternating windows": dict(model="gemma-2-9b", seq_len=20000),
     "training eager": dict(model="llama-3-8b", seq_len=4096, mode="training", backend="eager"),
+    "mistral window with cp": dict(model="mistral-7b", seq_len=3001, cp=4, gpus=4),
+    "vit encoder": dict(model="vit-l-16", seq_len=257, batch=32),
 }
 
 
@@ -82,6 +84,8 @@ def test_budget_sheet_values_and_formulas_match_the_estimator(case):
     assert bf.cell(total, 2).value.startswith("=SUM(") and bv.cell(total, 2).value == plan["total_bytes"]
     assert bv.cell(labels["capacity"], 2).value == plan["capacity_bytes"]
     assert bv.cell(labels["fits"], 2).value == ("yes" if plan["total_bytes"] <= plan["capacity_bytes"] else "no")
+    assert bv.cell(labels["selected_backend"], 2).value == plan["selected_backend"]
+    assert bv.cell(labels["max_seq_len"], 2).value == plan["max_seq_len"]
     env = names_env(wb_f)
     live = 0
     for r in range(1, bf.max_row + 1):
@@ -90,7 +94,7 @@ def test_budget_sheet_values_and_formulas_match_the_estimator(case):
                 and formula != "=capacity_bytes":
             live += 1
             assert evaluate(formula, env) == bv.cell(r, 2).value, (bf.cell(r, 1).value, formula)
-    assert live >= 2  # at least weights and the KV bytes per token are closed forms
+    assert live >= 4  # weights, KV cache, KV bytes per token and the score matrices are all closed forms
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if CASES[c].get("mode") != "training"])
@@ -124,8 +128,10 @@ def test_sweep_sheet_has_backend_totals_and_live_kv_formula():
     kv_col = header.index("KV cache bytes per GPU (formula in n)") + 1
     for r in range(2, sf.max_row + 1):
         n = sv.cell(r, 1).value
-        assert sf.cell(r, kv_col).value.startswith("=")
-        assert sv.cell(r, kv_col).value == make_plan(dataclasses.replace(inputs, seq_len=n), solve=False).kv_cache_bytes
+        formula = sf.cell(r, kv_col).value
+        expected = make_plan(dataclasses.replace(inputs, seq_len=n), solve=False).kv_cache_bytes
+        assert sv.cell(r, kv_col).value == expected
+        assert evaluate(formula.replace(f"$A{r}", str(n)), names_env(wb_f)) == expected
 
 
 def test_csv_and_json_carry_the_profile_template_and_plan():

@@ -16,6 +16,7 @@ import csv
 import io
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -74,6 +75,8 @@ def input_cells(inputs, plan: dict) -> list[Named]:
         Named(name="backend", label="attention backend (asked)", value=inputs.backend),
         Named(name="attn_window", label="attention window (0 = none)", value=window, unit="tokens"),
         Named(name="window_layers", label="layers using that window", value=window_layers, unit="layers"),
+        Named(name="full_window", label="every layer windowed (1) or not (0)",
+              value=int(window > 0 and window_layers == m.layers)),
         Named(name="gpu", label="GPU", value=inputs.gpu),
         Named(name="gpus", label="GPUs", value=inputs.gpus),
         Named(name="tp", label="tensor parallel", value=inputs.tp),
@@ -88,6 +91,12 @@ def input_cells(inputs, plan: dict) -> list[Named]:
         Named(name="q_heads_per_gpu", label="query heads per GPU", value=inputs.q_heads_per_gpu, formula="q_heads/tp"),
         Named(name="kv_heads_per_gpu", label="kv heads per GPU = max(1, ⌊kv_heads / tp⌋)",
               value=inputs.kv_heads_per_gpu, formula="MAX(1, INT(kv_heads/tp))"),
+        Named(name="is_decoder", label="decoder (1: keeps K and V per token) or encoder (0)",
+              value=int(m.kind == "decoder")),
+        Named(name="kv_cached", label="KV cache kept (1: decoder inference; 0: training or encoder)",
+              value=int(m.kind == "decoder" and inputs.mode == "inference")),
+        Named(name="score_layers", label="layers whose score matrices count (training without checkpointing: all)",
+              value=m.layers if inputs.mode == "training" and inputs.checkpointing == "none" else 1, unit="layers"),
     ]
 
 
@@ -106,16 +115,25 @@ def _env(cells: Sequence[Named]) -> dict:
 # KV cache: K and V, per layer, per token: 2·kv_heads·head_dim·bits/8 (the seeds' "KV 字节项"; PyTorch stores
 # exactly this); windowed layers keep min(n, window) tokens. Weights: parameters × element size.
 # Score matrix: the textbook b·h·L·S·element size of one layer (seed 000's "n² activation 项").
-KV_TOKENS = "(((layers-window_layers)*tokens_per_gpu+window_layers*MIN(tokens_per_gpu, attn_window)))"
+KV_TOKENS = "((layers-window_layers)*tokens_per_gpu+window_layers*CEILING(MIN(seq_len, attn_window)/cp, 1))"
 CLOSED_FORMS = (
-    ("weights", "weights_bytes", "params_per_gpu*dtype_bits/8", "parameters × dtype bits / 8"),
-    ("kv cache", "kv_cache_bytes", f"2*kv_heads_per_gpu*head_dim*kv_bits/8*batch_per_gpu*{KV_TOKENS}",
+    ("weights (closed form)", "weights_bytes", "params_per_gpu*dtype_bits/8", "parameters × dtype bits / 8"),
+    ("KV cache (closed form)", "kv_cache_bytes",
+     f"kv_cached*2*kv_heads_per_gpu*head_dim*kv_bits/8*batch_per_gpu*{KV_TOKENS}",
      "2 (K,V) · kv_heads · head_dim · bits/8 · batch · tokens, summed over layers (windowed layers: min(n, window))"),
-    ("kv cache per token", "kv_cache_bytes_per_token", "2*layers*kv_heads_per_gpu*head_dim*kv_bits/8",
+    ("KV cache per token (closed form)", "kv_cache_bytes_per_token",
+     "is_decoder*2*layers*kv_heads_per_gpu*head_dim*kv_bits/8",
      "2 · layers · kv_heads · head_dim · bits/8"),
-    ("score matrix, one layer (textbook)", "textbook_scores_bytes",
-     "batch_per_gpu*q_heads_per_gpu*tokens_per_gpu*seq_len*dtype_bits/8", "b · h · L · S · dtype bits / 8"),
+    ("score matrices (textbook closed form)", "textbook_scores_bytes",
+     "score_layers*batch_per_gpu*q_heads_per_gpu*tokens_per_gpu"
+     "*MIN(tokens_per_gpu, seq_len-full_window*MAX(0, seq_len-attn_window))*dtype_bits/8",
+     "b · h · L · S · dtype bits / 8 (S = min(n, window)), one layer, or every layer when training keeps them all"),
 )
+
+
+RESULT_KEYS = ("selected_backend", "max_seq_len", "max_batch", "prefill_flops", "prefill_time_ms",
+               "decode_flops_per_token", "decode_time_ms_per_token", "step_time_ms", "attention_share", "ffn_share",
+               "embedding_share")
 
 
 def closed_forms(inputs, plan: dict) -> list[dict]:
@@ -224,6 +242,13 @@ def plan_xlsx(inputs, plan: dict, sweep: pd.DataFrame | None = None, advice: Seq
         bs.write(j, 0, form["label"])
         bs.write(j, 3, "same" if form["live"] else "differs: value from the estimator")
         bs.write(j, 4, form["equation"])
+    row = row + len(forms) + 2
+    bs.write(row, 0, f"estimator results at n = {inputs.seq_len:,} (values)", bold)
+    for j, key in enumerate(RESULT_KEYS, start=row + 1):
+        bs.write(j, 0, key)
+        value = plan.get(key)
+        if value is not None:
+            bs.write(j, 1, value, bytes_fmt if isinstance(value, int) and not isinstance(value, bool) else None)
     bs.set_column(0, 0, 40)
     bs.set_column(1, 1, 20)
     bs.set_column(4, 4, 70)
@@ -255,8 +280,9 @@ def _sweep_sheet(wb, sweep, bold, bytes_fmt, forms, env: dict) -> None:
             else:
                 ss.write_number(r, c, int(value), bytes_fmt)
         if kv["live"]:
-            expr = kv["expr"].replace("tokens_per_gpu", f"CEILING($A{r + 1}/cp, 1)")
-            cached = _eval(kv["expr"], {**env, "tokens_per_gpu": math.ceil(int(n) / env["cp"])})
+            expr = re.sub(r"\bseq_len\b", f"$A{r + 1}",
+                          re.sub(r"\btokens_per_gpu\b", f"CEILING($A{r + 1}/cp, 1)", kv["expr"]))
+            cached = _eval(kv["expr"], {**env, "seq_len": int(n), "tokens_per_gpu": math.ceil(int(n) / env["cp"])})
             ss.write_formula(r, kv_col, "=" + expr, bytes_fmt, int(round(cached)))
     ss.set_column(0, kv_col, 22)
 

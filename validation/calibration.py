@@ -103,3 +103,20 @@ def efficient_backward_rows() -> list[dict]:
                     rows.append(case("efficient", dt, batch=B, q_heads=H, head_dim=D, q_len=L, kv_len=S,
                                      mode="forward_backward"))
     return number(rows, "effbwd")
+
+
+def residual_rows() -> list[dict]:
+    """The held-out misses, and neighbours, for allocation traces: cuDNN backward with a float mask at small
+    q_len, flash backward with a head_dim that needs padding."""
+    rows = [case("cudnn", "float16", batch=8, q_heads=12, head_dim=80, q_len=4, kv_len=1024, mask="float",
+                 mode="forward_backward"),
+            case("cudnn", "float16", batch=2, q_heads=4, head_dim=64, q_len=4, kv_len=1024, mask="float",
+                 mode="forward_backward"),
+            case("cudnn", "float16", batch=2, q_heads=4, head_dim=64, q_len=4, kv_len=1024, mode="forward_backward"),
+            case("cudnn", "bfloat16", batch=2, q_heads=4, head_dim=64, q_len=64, kv_len=1024, mask="float",
+                 mode="forward_backward"),
+            case("flash", "bfloat16", batch=8, q_heads=12, head_dim=100, q_len=1000, causal=1,
+                 mode="forward_backward"),
+            case("flash", "bfloat16", batch=1, q_heads=4, head_dim=100, q_len=512, mode="forward_backward"),
+            case("flash", "bfloat16", batch=1, q_heads=4, head_dim=100, q_len=512, mode="forward")]
+    return number(rows, "resid")

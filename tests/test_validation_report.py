@@ -134,6 +134,15 @@ def test_report_cli_on_a_run_csv_with_predictions(tmp_path, capsys):
         assert heading in text
 
 
+def test_report_pools_several_files(tmp_path):
+    from validation.cli import main
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    pd.DataFrame([row(), row()]).to_csv(a, index=False)
+    pd.DataFrame([row(predicted=150 * MIB)]).to_csv(b, index=False)
+    assert main(["report", str(a), str(b), "--recorded", "--md", str(tmp_path / "r.md")]) == 0
+    assert "2/3 = 66.7%" in (tmp_path / "r.md").read_text()
+
+
 def test_report_re_predicts_with_the_current_estimator_unless_told_to_keep_the_recorded(tmp_path):
     from estimator.attention import estimate_call
     from estimator.hardware import get_gpu

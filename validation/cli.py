@@ -73,9 +73,16 @@ def _grid(args) -> int:
 
 
 def _report(args) -> int:
+    import pandas as pd
+
     from validation.report import build_report, load
-    frame, meta = load(args.csv, gpu=args.gpu, torch_version=args.torch, recorded=args.recorded)
-    text = build_report(frame, meta=meta, title=args.csv, worst=args.worst)
+    loaded = [load(path, gpu=args.gpu, torch_version=args.torch, recorded=args.recorded) for path in args.csv]
+    frame = pd.concat([df for df, _ in loaded], ignore_index=True)
+    meta = loaded[0][1] if len(loaded) == 1 else {
+        "predictions": loaded[0][1]["predictions"],
+        "driver": ", ".join(sorted({m["driver"] for _, m in loaded if m.get("driver")})),
+        "command": "; ".join(m["command"] for _, m in loaded if m.get("command"))}
+    text = build_report(frame, meta=meta, title=", ".join(args.csv), worst=args.worst)
     if args.md:
         with open(args.md, "w") as fh:
             fh.write(text)
@@ -110,7 +117,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--stop", type=int, default=32768, help="nsweep: largest n (default 32768)")
     g.set_defaults(func=_grid)
     rep = sub.add_parser("report", help="error tables and checks for a run's output CSV")
-    rep.add_argument("csv", help="output CSV of `python -m validation run`")
+    rep.add_argument("csv", nargs="+", help="output CSV(s) of `python -m validation run` (several are pooled)")
     rep.add_argument("--md", help="write the Markdown report here instead of stdout")
     rep.add_argument("--worst", type=int, default=15, help="worst cases listed (default 15)")
     rep.add_argument("--recorded", action="store_true",

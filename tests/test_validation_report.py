@@ -205,3 +205,13 @@ def test_unknown_grid_kind_or_option_is_a_value_error():
     rows = make_grid("nsweep", dtype="float32", mode="forward_backward", stop=1024)
     assert {(r["dtype"], r["mode"]) for r in rows} == {("float32", "forward_backward")}
     assert max(r["q_len"] for r in rows) == 1024
+
+
+@pytest.mark.parametrize("device_name, gpu", [
+    ("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H100 PCIe", "h100-pcie"),
+    ("NVIDIA A100-SXM4-40GB", "a100-40gb"), ("NVIDIA A100-SXM4-80GB", "a100-80gb"), ("NVIDIA L40S", "l40s"),
+    ("NVIDIA L4", "l4"), ("NVIDIA GeForce RTX 4090", "rtx-4090"), ("Tesla T4", "t4"), ("cpu", None),
+])
+def test_device_names_map_to_the_catalog(device_name, gpu):
+    from validation.cli import gpu_from_device_name
+    assert gpu_from_device_name(device_name) == gpu

@@ -5,6 +5,7 @@ training activations (the Korthikanti et al. 2022 terms generalised to RMSNorm, 
     python bench/bench_plan_activations.py --out tests/data/hf_layer_saved_bytes.csv
 
     python bench/bench_plan_activations.py --inference --out tests/data/hf_layer_inference_peak.csv
+    python bench/bench_plan_activations.py --loss --out tests/data/hf_loss_peak.csv
 
 Runs on the CPU in bf16 (saved tensors do not depend on the device, except inside the attention kernel).
 Walks the autograd graph after one layer's forward and sums the storages that nodes saved, each storage once,
@@ -120,14 +121,69 @@ def inference_peak(*shape, backend: str = "default") -> int:
     return peak
 
 
+LOSS_CASES = [  # keep_output: the loop holds the model output (and so the logits) during backward
+    ("bf16-keep", 2, 256, 32000, 64, "bfloat16", True), ("fp32-keep", 2, 256, 32000, 64, "float32", True),
+    ("bf16-drop", 2, 256, 32000, 64, "bfloat16", False), ("fp32-drop", 2, 256, 32000, 64, "float32", False),
+]
+
+
+def loss_step_peak(batch, seq_len, vocab, hidden, dtype, keep_output) -> int:
+    """Peak live bytes of forward + cross-entropy + backward of a 1-layer LlamaForCausalLM whose logits dominate,
+    with gradients preallocated (so only activations and the loss count). `keep_output`: `out = model(...);
+    out.loss.backward()` (a typical loop); otherwise `model(...).loss.backward()` (as the HF Trainer does)."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=hidden, num_attention_heads=2, num_key_value_heads=2, head_dim=hidden // 2,
+                      intermediate_size=2 * hidden, num_hidden_layers=1, vocab_size=vocab)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).to(getattr(torch, dtype))
+    ids = torch.randint(0, vocab, (batch, seq_len))
+
+    def step():
+        if keep_output:
+            out = model(input_ids=ids, labels=ids)
+            out.loss.backward()
+        else:
+            model(input_ids=ids, labels=ids).loss.backward()
+
+    step()
+    model.zero_grad(set_to_none=False)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    events = [e for e in prof.profiler.kineto_results.events()
+              if e.name() == "[memory]" and e.device_type() == DeviceType.CPU]
+    live = peak = 0
+    for event in sorted(events, key=lambda e: e.start_ns()):
+        live += event.nbytes()
+        peak = max(peak, live)
+    return peak
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="hf_layer_saved_bytes.csv")
     parser.add_argument("--inference", action="store_true", help="peak of a no-grad forward instead")
+    parser.add_argument("--loss", action="store_true", help="peak of forward + loss + backward, logits-bound")
     args = parser.parse_args(argv)
     import torch
     import transformers
 
+    if args.loss:
+        torch.set_num_threads(2)
+        with open(args.out, "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["case", "batch", "seq_len", "vocab", "hidden", "dtype", "keep_output", "peak_extra_bytes",
+                             "torch", "transformers", "device", "command"])
+            for case in LOSS_CASES:
+                peak = loss_step_peak(*case[1:])
+                writer.writerow([*case, peak, torch.__version__, transformers.__version__, "cpu",
+                                 "python bench/bench_plan_activations.py --loss --out tests/data/hf_loss_peak.csv"])
+                print(case[0], peak)
+        return 0
     if args.inference:
         torch.set_num_threads(2)
         with open(args.out, "w", newline="") as handle:

@@ -125,6 +125,7 @@ class _Context:
             self.call = dataclasses.replace(self.call, q_len=self.call.kv_len - cached_len)
         self.est = self.estimate(self.call)
         self.training = inputs.mode == "training"
+        self.sharded: dict = {}  # the tensor-parallel change, once advised: later effects are also shown with it
 
     def plan(self, solve: bool = False, **changes) -> dict | None:
         """`make_plan(replace(inputs, **changes), solve=solve).to_dict()`, or None when the change is not a valid
@@ -582,9 +583,8 @@ def rule_over_budget(ctx: _Context) -> list[Advice]:
     dp = inputs.dp
     if not base.get("supported", True):
         return []  # the forced backend cannot run: the kernel rules explain it, the totals mean nothing yet
-    kv_advice = _kv_rules(ctx)
     if base["fits"]:
-        return kv_advice
+        return _kv_rules(ctx)
     over = base["total_bytes"] - capacity
     why_over = f"Total per GPU {gib(base['total_bytes'])} exceeds {gib(capacity)} by {gib(over)}"
     best = ctx.plan(batch=dp, **({"checkpointing": "full"} if ctx.training else {}),
@@ -604,6 +604,7 @@ def rule_over_budget(ctx: _Context) -> list[Advice]:
                 + (" (Sharding only the optimizer and gradients, ZeRO/FSDP, is the data-parallel alternative.)"
                    if ctx.training else ""),
                 f"Heads, FFN and vocabulary split {tp} ways (tp={tp} on {gpus} GPUs).", after, tp=tp, gpus=gpus))
+            ctx.sharded = {"tp": tp, "gpus": gpus}
     if inputs.batch_per_gpu > 1 and state <= capacity:
         batch, after = _solved(ctx, "batch", "max_batch", dp, inputs.batch - 1)
         if batch is not None:
@@ -616,7 +617,7 @@ def rule_over_budget(ctx: _Context) -> list[Advice]:
         out.extend(_checkpointing(ctx, why_over))
     if batch_one_over and state <= capacity:
         out.extend(_sequence_rules(ctx, why_over, best))
-    return out + kv_advice
+    return out + _kv_rules(ctx)
 
 
 def _checkpointing(ctx: _Context, why_over: str) -> list[Advice]:
@@ -713,7 +714,7 @@ def _kv_rules(ctx: _Context) -> list[Advice]:
             advice = _plan_advice(ctx, "kv-cache-quantization", f"Quantize the KV cache ({KV_QUANT_DTYPE})",
                                   why + grouped, f"kv_dtype {inputs.kv_dtype} → {KV_QUANT_DTYPE}.", after,
                                   kv_dtype=KV_QUANT_DTYPE)
-            out.append(_with_decode(advice, base, after))
+            out.append(_with_sharding(ctx, _with_decode(advice, base, after), kv_dtype=KV_QUANT_DTYPE))
     model = inputs.model
     if model.kv_heads == model.q_heads and model.q_heads > 1:
         group = next((g for g in (8, 4, 2) if model.q_heads % g == 0), 1)
@@ -725,7 +726,7 @@ def _kv_rules(ctx: _Context) -> list[Advice]:
                                   "cache with the kernel unchanged (an architecture change: uptraining).",
                                   f"kv_heads {model.kv_heads} → {grouped_model.kv_heads}.", after,
                                   model=grouped_model)
-            out.append(_with_decode(advice, base, after))
+            out.append(_with_sharding(ctx, _with_decode(advice, base, after), model=grouped_model))
     return out
 
 
@@ -737,6 +738,20 @@ def _with_decode(advice: Advice, base: dict, after: dict) -> Advice:
                                                                                        or after["max_batch"]):
         extra += f"; concurrent sequences that fit {base['max_batch']:,} → {after['max_batch']:,}"
     return dataclasses.replace(advice, expected_effect=advice.expected_effect + extra + ".")
+
+
+def _with_sharding(ctx: _Context, advice: Advice, **changes) -> Advice:
+    """When tensor parallel is advised too, add this change's effect on top of it (both re-run with the solver)."""
+    if not ctx.sharded:
+        return advice
+    sharded, both = ctx.plan(solve=True, **ctx.sharded), ctx.plan(solve=True, **ctx.sharded, **changes)
+    if sharded is None or both is None:
+        return advice
+    text = (f" With tp={ctx.sharded['tp']} as well: total per GPU {gib(sharded['total_bytes'])} → "
+            f"{gib(both['total_bytes'])}")
+    if sharded.get("max_batch") is not None and both.get("max_batch") is not None:
+        text += f", concurrent sequences that fit {sharded['max_batch']:,} → {both['max_batch']:,}"
+    return dataclasses.replace(advice, expected_effect=advice.expected_effect + text + ".")
 
 
 def rule_operate(ctx: _Context) -> list[Advice]:

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from estimator.advice import advise, attention_call, eager_forward_peak_bytes
+from estimator.advice import advise, attention_call, eager_forward_peak_bytes, gib
 from estimator.advise_cli import _call_options, build_parser
 from estimator.attention import estimate_call
 from estimator.hardware import get_gpu
@@ -126,6 +126,11 @@ def test_70b_serving_32k_contexts():
            ("kv-cache-quantization", "split-prefill-decode"), ("split-prefill-decode", "log-backend"))
     assert found["tensor-parallel"].bytes_after < found["tensor-parallel"].bytes_before
     assert "window-attention" not in ids  # the weights, not the sequence, are over budget
+    inputs = inputs_from_args(build_parser().parse_args("--preset llama-3-70b --seq-len 32768 --gpu h100-sxm".split()))
+    tp = dict(found["tensor-parallel"].change)
+    both = make_plan(replace(inputs, kv_dtype="int8", **tp), solve=False)
+    assert f"With tp={tp['tp']} as well" in found["kv-cache-quantization"].expected_effect
+    assert gib(both.total_bytes) in found["kv-cache-quantization"].expected_effect
 
 
 def test_70b_serving_a_batch_of_32k_contexts_on_h200():

@@ -22,9 +22,10 @@ from .hardware import CATALOG, get_gpu
 
 FUSED = ("cudnn", "flash", "efficient")
 ATTENTION_BOTTLENECK_SHARE = 0.40  # seed 000 §4: "profile 确认 attention >40% forward 再投入"
+# Trigger thresholds below are JUDGEMENTS of this project (no source gives them); tests pin their behaviour.
 KV_DOMINATES_SHARE = 0.30  # KV bytes / (KV + weights) bytes read per decode step at which the cache matters
 KV_SEQUENCE_SHARE = 0.05  # one sequence's KV cache above 5% of the GPU limits concurrency
-KV_QUANT_DTYPE = "int8"
+KV_QUANT_DTYPE = "int8"  # the KV dtype the quantization advice re-runs the plan with (payload only, no scales)
 TP_STATE_SHARE = 0.5  # over budget at batch 1 with the model state above half the GPU: shard the weights first
 
 

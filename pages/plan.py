@@ -23,7 +23,8 @@ def ms_text(value_ms: float | None) -> str:
     return "—" if value_ms is None else (f"{value_ms:,.1f} ms" if value_ms >= 1 else f"{value_ms:,.3f} ms")
 
 
-def xlsx_bytes(inputs, sweep) -> bytes:
+def xlsx_bytes(inputs) -> bytes:
+    sweep = cached.plan_sweep(inputs, tuple(sweeps.n_grid(inputs.seq_len)))
     return export.plan_xlsx(inputs, cached.plan(inputs).to_dict(), sweep, cached.advice(inputs))
 
 
@@ -88,96 +89,95 @@ c2.metric("headroom", gib_text(headroom))
 c3.metric("attention backend", p["selected_backend"])
 max_n_slot, max_batch_slot = c4.empty(), c5.empty()  # filled at the end, when the solvers have run
 
+VIEWS = ("Budget", "Charts", "Advice", "Export")
+budget_tab, charts_tab, advice_tab, export_tab = st.tabs(VIEWS, key="plan_view", on_change="rerun")
+# Only the open tab runs (lazy tabs): the first render and a re-run after a submit skip the charts' sweep.
+
 # --- budget --------------------------------------------------------------------------------------------------
-st.subheader("Budget per GPU")
-left, right = st.columns([3, 2])
-with left:
-    table = sweeps.budget_table(plan.components, p["total_bytes"])
-    st.table(sweeps.budget_text(table).set_index("component"))
-    st.caption(f"Textbook score matrix of one layer (b·h·L·S·element): {gib_text(p['textbook_scores_bytes'])}; "
-               f"what the chosen backend materialises: {gib_text(p['attention_scores_bytes'])}. KV cache per token: "
-               f"{p['kv_cache_bytes_per_token']:,} bytes.")
-with right:
-    st.plotly_chart(figures.budget_breakdown(plan.components, capacity_bytes=p["capacity_bytes"],
-                                             capacity_label=gpu.name), key="budget_chart")
+if budget_tab.open:
+    with budget_tab:
+        st.table(sweeps.budget_text(sweeps.budget_table(plan.components, p["total_bytes"])).set_index("component"))
+        st.caption(f"Textbook score matrix (b·h·L·S·element): {gib_text(p['textbook_scores_bytes'])}; what the "
+                   f"chosen backend materialises: {gib_text(p['attention_scores_bytes'])}. KV cache per token: "
+                   f"{p['kv_cache_bytes_per_token']:,} bytes.")
+        st.subheader("Attention backend")
+        from estimator.advice import attention_call  # the layer's call, as the advisor prices it
 
-# --- backend -------------------------------------------------------------------------------------------------
-st.subheader("Attention backend")
-from estimator.advice import attention_call  # noqa: E402 - the layer's call, as the advisor prices it
-
-call = attention_call(inputs)
-backends = sweeps.backend_table(call, gpu, torch_version=inputs.torch_version, estimate=cached.estimate)
-picked = p["selected_backend"]
-st.markdown(f"Per layer, each GPU makes the call **q ({call.batch}, {call.q_heads}, {call.q_len}, {call.head_dim}), "
-            f"k/v ({call.batch}, {call.kv_heads}, {call.kv_len}, {call.head_dim})**, {call.dtype}, "
-            f"{'causal, ' if call.causal else ''}{call.mode}. "
-            + ("It runs the hand-written **eager** path." if inputs.backend == "eager"
-               else f"PyTorch {inputs.torch_version} will run **{picked}**."))
-st.table(sweeps.backend_text(backends))
-
-# --- FLOPs and time ------------------------------------------------------------------------------------------
-st.subheader("FLOPs and time")
-t1, t2, t3, t4 = st.columns(4)
-t1.metric("prefill FLOPs", f"{p['prefill_flops']:.3e}")
-t2.metric("prefill time", ms_text(p["prefill_time_ms"]))
-if inputs.mode == "training":
-    t3.metric("training step FLOPs", f"{p['training_step_flops']:.3e}")
-    t4.metric("training step time", ms_text(p["step_time_ms"]))
-else:
-    t3.metric("decode FLOPs per token", "—" if p["decode_flops_per_token"] is None
-              else f"{p['decode_flops_per_token']:.3e}")
-    t4.metric("decode time per token", ms_text(p["decode_time_ms_per_token"]))
+        call = attention_call(inputs)
+        backends = sweeps.backend_table(call, gpu, torch_version=inputs.torch_version, estimate=cached.estimate)
+        st.markdown(f"Per layer, each GPU makes the call **q ({call.batch}, {call.q_heads}, {call.q_len}, "
+                    f"{call.head_dim}), k/v ({call.batch}, {call.kv_heads}, {call.kv_len}, {call.head_dim})**, "
+                    f"{call.dtype}, {'causal, ' if call.causal else ''}{call.mode}. "
+                    + ("It runs the hand-written **eager** path." if inputs.backend == "eager"
+                       else f"PyTorch {inputs.torch_version} will run **{p['selected_backend']}**."))
+        st.table(sweeps.backend_text(backends))
+        st.subheader("FLOPs and time")
+        t1, t2, t3, t4 = st.columns(4)
+        t1.metric("prefill FLOPs", f"{p['prefill_flops']:.3e}")
+        t2.metric("prefill time", ms_text(p["prefill_time_ms"]))
+        if inputs.mode == "training":
+            t3.metric("training step FLOPs", f"{p['training_step_flops']:.3e}")
+            t4.metric("training step time", ms_text(p["step_time_ms"]))
+        else:
+            t3.metric("decode FLOPs per token", "—" if p["decode_flops_per_token"] is None
+                      else f"{p['decode_flops_per_token']:.3e}")
+            t4.metric("decode time per token", ms_text(p["decode_time_ms_per_token"]))
+        with st.expander("Assumptions behind these numbers"):
+            st.markdown("\n".join(f"- {a}" for a in p["assumptions"]) or "none listed")
+            st.json(p["inputs"], expanded=False)
 
 # --- charts --------------------------------------------------------------------------------------------------
-st.subheader("Charts")
-ns = tuple(sweeps.n_grid(inputs.seq_len))
-sweep = cached.plan_sweep(inputs, ns)
-tab1, tab2 = st.tabs(["Memory against n", "Attention / FFN / embedding"])
-with tab1:
-    st.plotly_chart(figures.memory_vs_n(sweep, capacity_bytes=p["capacity_bytes"], capacity_label=gpu.name,
-                                        title="Total per GPU against n, each backend forced",
-                                        current_n=inputs.seq_len), key="memory_chart")
-with tab2:
-    st.plotly_chart(figures.shares({"attention": p["attention_share"], "FFN": p["ffn_share"],
-                                    "embedding": p["embedding_share"]},
-                                   title=f"Share of the {'training step' if inputs.mode == 'training' else 'prefill'}"
-                                         " time (attention = projections + core; the rest: norms, residuals)"),
-                    key="shares_chart")
+if charts_tab.open:
+    with charts_tab:
+        sweep = cached.plan_sweep(inputs, tuple(sweeps.n_grid(inputs.seq_len)))
+        st.plotly_chart(figures.memory_vs_n(sweep, capacity_bytes=p["capacity_bytes"], capacity_label=gpu.name,
+                                            title="Total per GPU against n, each backend forced",
+                                            current_n=inputs.seq_len), key="memory_chart")
+        left, right = st.columns(2)
+        left.plotly_chart(figures.budget_breakdown(plan.components, capacity_bytes=p["capacity_bytes"],
+                                                   capacity_label=gpu.name), key="budget_chart")
+        right.plotly_chart(figures.shares(
+            {"attention": p["attention_share"], "FFN": p["ffn_share"], "embedding": p["embedding_share"]},
+            title=f"Share of the {'training step' if inputs.mode == 'training' else 'prefill'} time"),
+            key="shares_chart")
+        right.caption("Attention = q/k/v/o projections + the attention core; 'other' = norms and residual adds.")
+
+# --- advice --------------------------------------------------------------------------------------------------
+if advice_tab.open:
+    with advice_tab:
+        try:
+            advice = cached.advice(inputs)
+        except Exception as exc:  # noqa: BLE001 - a failing advisor must not take the budget down with it
+            advice = ()
+            first_line = str(exc).splitlines()[0] if str(exc) else ""
+            st.error(f"The advisor could not run ({type(exc).__name__}): {first_line}")
+        for item in advice:
+            with st.expander(f"**{item.title}** · `{item.id}`", expanded=False):
+                st.markdown(f"**Why.** {item.why}")
+                st.markdown(f"**Expected effect.** {item.expected_effect}")
+                if item.bytes_before is not None and item.bytes_after is not None:
+                    st.caption(f"{item.bytes_metric}: {gib_text(item.bytes_before)} → {gib_text(item.bytes_after)}")
+        with st.expander("The decision tree the advice follows"):
+            from estimator.decision_tree import render_tree
+
+            st.code(render_tree(), language=None)
 
 # --- export --------------------------------------------------------------------------------------------------
-st.subheader("Export")
-stem = f"plan-{inputs.model.name}-n{inputs.seq_len}-b{inputs.batch}-{inputs.gpu}"
-e1, e2, e3 = st.columns(3)
-# Generated when clicked (deferred), so a re-run of the form does not pay for the spreadsheet.
-e1.download_button("Budget spreadsheet (.xlsx)", data=partial(xlsx_bytes, inputs, sweep),
-                   file_name=f"{stem}.xlsx", key="download_xlsx", on_click="ignore",
-                   mime="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")
-e2.download_button("Plan as CSV", data=partial(csv_text, inputs), file_name=f"{stem}.csv",
-                   mime="text/csv", key="download_csv", on_click="ignore")
-e3.download_button("Plan as JSON", data=partial(json_text, inputs), file_name=f"{stem}.json",
-                   mime="application/json", key="download_json", on_click="ignore")
-# --- advice --------------------------------------------------------------------------------------------------
-st.subheader("Advice")
-try:
-    advice = cached.advice(inputs)
-except Exception as exc:  # noqa: BLE001 - a failing advisor must not take the budget down with it
-    advice = ()
-    st.error(f"The advisor could not run ({type(exc).__name__}): {str(exc).splitlines()[0] if str(exc) else ''}")
-for item in advice:
-    with st.expander(f"**{item.title}** · `{item.id}`", expanded=False):
-        st.markdown(f"**Why.** {item.why}")
-        st.markdown(f"**Expected effect.** {item.expected_effect}")
-        if item.bytes_before is not None and item.bytes_after is not None:
-            st.caption(f"{item.bytes_metric}: {gib_text(item.bytes_before)} → {gib_text(item.bytes_after)}")
-with st.expander("The decision tree the advice follows"):
-    from estimator.decision_tree import render_tree
+if export_tab.open:
+    with export_tab:
+        stem = f"plan-{inputs.model.name}-n{inputs.seq_len}-b{inputs.batch}-{inputs.gpu}"
+        st.caption("The spreadsheet's Budget sheet recomputes its closed-form rows (weights, KV cache, score "
+                   "matrices) when you edit n or batch on its Inputs sheet.")
+        e1, e2, e3 = st.columns(3)
+        # Generated when clicked (deferred), so a re-run of the form does not pay for the files.
+        e1.download_button("Budget spreadsheet (.xlsx)", data=partial(xlsx_bytes, inputs), file_name=f"{stem}.xlsx",
+                           key="download_xlsx", on_click="ignore",
+                           mime="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")
+        e2.download_button("Plan as CSV", data=partial(csv_text, inputs), file_name=f"{stem}.csv",
+                           mime="text/csv", key="download_csv", on_click="ignore")
+        e3.download_button("Plan as JSON", data=partial(json_text, inputs), file_name=f"{stem}.json",
+                           mime="application/json", key="download_json", on_click="ignore")
 
-    st.code(render_tree(), language=None)
-
-with st.expander("Assumptions behind these numbers"):
-    st.markdown("\n".join(f"- {a}" for a in p["assumptions"]) or "none listed")
-    st.json(p["inputs"], expanded=False)
-
-solved = cached.plan(inputs)  # the advisor has usually run the solvers already (same memo)
+solved = cached.plan(inputs)  # the largest n and batch: binary searches over the budget (memoised)
 max_n_slot.metric("largest n that fits", f"{solved.max_seq_len:,}", help=f"at batch {inputs.batch}")
 max_batch_slot.metric("largest batch that fits", f"{solved.max_batch:,}", help=f"at n = {inputs.seq_len:,}")

@@ -123,11 +123,25 @@ def test_plan_hf_config_upload():
     assert any("config" in e.value for e in at.error)
 
 
-def test_plan_advice_and_exports_render():
+def test_plan_tabs_charts_advice_and_exports_render():
     at = app(query={"seq_len": "131072", "batch": "8"})
+    assert [t.label for t in at.tabs] == ["Budget", "Charts", "Advice", "Export"]
+    assert len(at.table) == 2 and not at.get("plotly_chart")  # lazy tabs: only the open one ran
+    at.session_state["plan_view"] = "Charts"
+    at.run()
+    assert not at.exception and len(at.get("plotly_chart")) == 3
+    at.session_state["plan_view"] = "Advice"
+    at.run()
+    from estimator.advice import advise
+    expected = [a.title for a in advise(PlanInputs(model=get_preset("llama-3-8b"), seq_len=131072, batch=8,
+                                                   gpu="h200"))]
+    shown = [e.label for e in at.expander]
+    assert expected and all(any(title in label for label in shown) for title in expected)
+    assert any("decision tree" in label for label in shown)
+    at.session_state["plan_view"] = "Export"
+    at.run()
     labels = [b.label for b in at.get("download_button")]
-    assert {"Budget spreadsheet (.xlsx)", "Plan as CSV", "Plan as JSON"} <= set(labels)
-    assert at.expander  # advice items and the tree
+    assert labels == ["Budget spreadsheet (.xlsx)", "Plan as CSV", "Plan as JSON"]
 
 
 # --- one attention call --------------------------------------------------------------------------------------------

@@ -55,6 +55,7 @@ def test_spreadsheet_download_has_live_formulas_and_estimator_values(page, app_u
 
     page.goto(f"{app_url}/?seq_len=16384")
     expect(metric(page, "total per GPU")).to_have_text(gib_text(estimator_plan(16384)["total_bytes"]))
+    page.get_by_role("tab", name="Export").click()
     with page.expect_download() as info:
         page.get_by_role("button", name="Budget spreadsheet (.xlsx)").click()
     data = Path(info.value.path()).read_bytes()

@@ -665,16 +665,17 @@ def _sequence_rules(ctx: _Context, why_over: str, best: dict) -> list[Advice]:
     why = (f"{why_over}, and even at batch 1{' with full checkpointing' if ctx.training else ''} and a fused "
            f"kernel it needs {gib(best['total_bytes'])}: the sequence itself is the problem (seed 000: batch=1 "
            "still OOM is a kernel/architecture problem).")
-    if inputs.window is None or inputs.window * 2 <= inputs.seq_len:
-        window = min(4096, 1 << max(6, (inputs.seq_len // 4).bit_length() - 1))
-        if inputs.window is None or window < inputs.window:
-            after = ctx.plan(window=window)
-            if after is not None:
-                out.append(_plan_advice(
-                    ctx, "window-attention", f"Window attention ({window:,} tokens)",
-                    why + " A window of w tokens makes attention O(n·w) instead of O(n²) (Swin, Mistral) and "
-                          "bounds the KV cache; it changes the model (fine-tune).",
-                    f"window None → {window:,} on every layer.", after, window=window))
+    windows = inputs.windows
+    span = inputs.seq_len if None in windows else min(inputs.seq_len, max(windows))  # widest attention now
+    window = min(4096, 1 << max(6, (inputs.seq_len // 4).bit_length() - 1))
+    after = ctx.plan(window=window) if window < span else None
+    if after is not None:
+        now = "global attention" if span == inputs.seq_len else f"a widest window of {span:,}"
+        out.append(_plan_advice(
+            ctx, "window-attention", f"Window attention ({window:,} tokens)",
+            why + " A window of w tokens makes attention O(n·w) instead of O(n²) (Swin, Mistral) and bounds the "
+                  "KV cache; it changes the model (fine-tune).",
+            f"{now} → a window of {window:,} on every layer.", after, window=window))
     seq, after = _solved(ctx, "seq_len", "max_seq_len", inputs.cp, inputs.seq_len - 1)
     if seq is not None:
         shorter = ("fewer patches (patch merging, a larger patch, a lower resolution)"

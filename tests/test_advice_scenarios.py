@@ -181,3 +181,12 @@ def test_old_gpu_reason():
     ids, found = run("--preset llama-2-7b --seq-len 4096 --dtype float16 --gpu t4 --backend math")
     assert "flash-ineligible-gpu" in ids
     assert get_gpu(dict(found["flash-ineligible-gpu"].change)["gpu"]).sm >= 80
+
+
+def test_no_window_advice_for_a_model_already_windowed():
+    ids, _ = run("--preset mistral-7b --seq-len 1048576 --gpu h100-sxm")  # every layer has a 4096 window
+    assert "fits" not in ids and "window-attention" not in ids
+    before(ids, ("reduce-seq-len", "context-parallel"))
+    ids, found = run("--preset llama-2-7b --seq-len 524288 --gpu h100-sxm")  # global attention: 256 GiB of KV
+    before(ids, ("kv-cache-quantization", "gqa"), ("gqa", "window-attention"), ("window-attention", "reduce-seq-len"))
+    assert dict(found["window-attention"].change) == {"window": 4096}

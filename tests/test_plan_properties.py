@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from estimator.models import ModelSpec
@@ -59,6 +59,9 @@ def test_memory_grows_with_seq_len_and_batch(inputs, extra_len, extra_batch):
     plan = budget(inputs)
     longer = budget(replace(inputs, seq_len=inputs.seq_len + extra_len))
     bigger = budget(replace(inputs, batch=inputs.batch + extra_batch))
+    # auto may switch kernels with the shape (e.g. flash at q_len 1, cuDNN above), and kernels differ in
+    # workspace: the property holds for one kernel
+    assume(plan.selected_backend == longer.selected_backend == bigger.selected_backend)
     assert longer.total_bytes >= plan.total_bytes
     assert bigger.total_bytes >= plan.total_bytes
     assert longer.weights_bytes == plan.weights_bytes

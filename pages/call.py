@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import streamlit as st
 
 from estimator.config import AttentionCall
 from estimator.hardware import get_gpu
-from ui import figures, forms, state, sweeps
+from ui import cached, figures, forms, state, sweeps
 
 PREFIX = "call_"
 TORCH_VERSION = "2.11"
@@ -34,10 +32,8 @@ except ValueError as exc:
 st.query_params.from_dict(state.call_query_from_values(values))
 forms.save_values(PREFIX, values)
 
-from estimator.attention import estimate_call  # noqa: E402 - after validation, so a bad form costs nothing
-
 try:
-    est = estimate_call(call, gpu, TORCH_VERSION)
+    est = cached.estimate(call, gpu, TORCH_VERSION)
 except ValueError as exc:
     st.error(f"Cannot estimate this call: {exc}")
     st.stop()
@@ -63,15 +59,12 @@ st.caption(f"peak_extra_bytes = {est.peak_extra_bytes if est.peak_extra_bytes is
            f"{est.executed_flops:.3e} · measured error band {lo:+.1%} / {hi:+.1%}")
 
 st.subheader("Backends")
-table = sweeps.backend_table(call, gpu, torch_version=TORCH_VERSION)
-st.dataframe(table.drop(columns=["peak_extra_bytes"]), hide_index=True, width="stretch",
-             column_config={"peak extra (GiB)": st.column_config.NumberColumn(format="%.3f"),
-                            "time (ms)": st.column_config.NumberColumn(format="%.3f"),
-                            "flops": st.column_config.NumberColumn(format="%.3e")})
+table = sweeps.backend_table(call, gpu, torch_version=TORCH_VERSION, estimate=cached.estimate)
+st.table(sweeps.backend_text(table))
 
 st.subheader("Memory against n")
 n_now = call.kv_len
-sweep = sweeps.call_sweep(dataclasses.replace(call), gpu, sweeps.n_grid(n_now), torch_version=TORCH_VERSION)
+sweep = sweeps.call_sweep(call, gpu, sweeps.n_grid(n_now), torch_version=TORCH_VERSION, estimate=cached.estimate)
 st.plotly_chart(figures.memory_vs_n(sweep, capacity_bytes=gpu.memory_bytes, capacity_label=gpu.name,
                                     title="Inputs + peak extra for one call, per backend", current_n=n_now),
                 key="call_memory_chart")

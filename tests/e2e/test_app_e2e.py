@@ -80,3 +80,13 @@ def test_bad_input_shows_error_not_traceback(page, app_url):
     page.goto(f"{app_url}/?source=custom&heads=32&kv_heads=5")
     expect(page.get_by_test_id("stAlert").filter(has_text="kv_heads")).to_be_visible()
     expect(page.get_by_test_id("stException")).to_have_count(0)
+
+
+def test_trace_upload_through_the_browser(page, app_url, tmp_path):
+    """An upload goes through the XSRF-protected endpoint (config.toml) and the percentiles appear."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("seq_len\n" + "\n".join(str(n) for n in [1000] * 90 + [20000] * 9 + [100000]) + "\n")
+    page.goto(f"{app_url}/trace")
+    page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(trace))
+    expect(page.get_by_test_id("stAlert").filter(has_text="100 requests")).to_be_visible()
+    expect(page.get_by_text("P99 (n = 20,000)")).to_be_visible()

@@ -13,7 +13,16 @@ from dataclasses import asdict, dataclass, field, replace
 
 from .attention import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, estimate_call
 from .backends import check_torch_version
-from .config import BACKENDS, DTYPE_BITS, KV_DTYPE_BITS, MAX_SEQ_LEN, AttentionCall, check_positive_int, normalize_dtype
+from .config import (
+    BACKENDS,
+    DTYPE_BITS,
+    KV_DTYPE_BITS,
+    MAX_SEQ_LEN,
+    AttentionCall,
+    check_positive_int,
+    normalize_dtype,
+    parse_bool,
+)
 from .hardware import GPU, get_gpu
 from .models import ModelSpec
 
@@ -51,6 +60,9 @@ class PlanInputs:
     cp: int = 1  # context parallel: the sequence split (ring attention)
     torch_version: str = "2.11"
     logits: str = "last"  # inference: logits for the last position only, or for all positions
+    sequence_parallel: bool = False  # training with tp > 1: norms and residual-stream tensors split tp ways too
+    micro_batch: int | None = None  # training: sequences per replica per forward/backward (gradient accumulation)
+    zero: int = 0  # training: ZeRO stage over the data-parallel replicas (1 optimizer, 2 + gradients, 3 + weights)
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelSpec):
@@ -67,6 +79,13 @@ class PlanInputs:
             if value not in allowed:
                 raise ValueError(f"{name}: unknown value {getattr(self, name)!r}; expected one of {', '.join(allowed)}")
             object.__setattr__(self, name, value)
+        if self.micro_batch is not None:
+            object.__setattr__(self, "micro_batch", check_positive_int("micro_batch", self.micro_batch, 1 << 20))
+        if str(self.zero).strip() not in ("0", "1", "2", "3"):
+            raise ValueError(f"zero: expected a ZeRO stage 0, 1, 2 or 3, got {self.zero!r}")
+        object.__setattr__(self, "zero", int(str(self.zero).strip()))
+        if not isinstance(self.sequence_parallel, bool):
+            object.__setattr__(self, "sequence_parallel", parse_bool("sequence_parallel", self.sequence_parallel))
         if self.window is not None:
             object.__setattr__(self, "window", check_positive_int("window", self.window, MAX_SEQ_LEN))
         get_gpu(self.gpu)  # ValueError listing the catalog
@@ -94,7 +113,17 @@ class PlanInputs:
 
     @property
     def batch_per_gpu(self) -> int:
-        return -(-self.batch // self.dp)
+        """Sequences one GPU holds activations for at a time: its replica's share, or one micro-batch."""
+        share = -(-self.batch // self.dp)
+        if self.mode == "training" and self.micro_batch is not None:
+            return min(share, self.micro_batch)
+        return share
+
+    @property
+    def accumulation_steps(self) -> int:
+        """Forward/backward passes per optimizer step (gradient accumulation over micro-batches)."""
+        share = -(-self.batch // self.dp)
+        return -(-share // self.batch_per_gpu)
 
     @property
     def tokens_per_gpu(self) -> int:
@@ -163,7 +192,8 @@ class Plan:
         inp = self.inputs
         out["inputs"] = {k: getattr(inp, k) for k in ("seq_len", "batch", "dtype", "kv_dtype", "mode",
                                                        "checkpointing", "window", "backend", "gpu", "gpus",
-                                                       "tp", "cp", "torch_version", "logits")}
+                                                       "tp", "cp", "torch_version", "logits",
+                                                       "sequence_parallel", "micro_batch", "zero")}
         out["inputs"]["model"] = inp.model.name
         out["model"] = {**asdict(inp.model), "params": inp.model.params}
         out["assumptions"] = list(self.assumptions)
@@ -204,6 +234,22 @@ def params_per_gpu(inputs: PlanInputs) -> int:
     else:
         ends = ceil_div(m.vocab, tp) * m.hidden * (1 if m.tied_embeddings else 2)
     return ends + m.layers * layer + m.norm_params
+
+
+def model_state(inputs: PlanInputs) -> tuple[int, int, int]:
+    """(weights, gradients, optimizer state) bytes per GPU. Training: 16-bit weights and gradients, fp32 master
+    weights and two fp32 moments = 2 + 2 + 12 B/param (fp32 training 4 + 4 + 8; Rajbhandari et al. 2020, ZeRO
+    §3.1); ZeRO stage z shards the optimizer (z ≥ 1), gradients (z ≥ 2) and weights (z = 3) over the
+    data-parallel replicas. Stage 3 adds the gathered weights of two layers (the current and the prefetched)."""
+    es = element_bytes(inputs.dtype)
+    params = params_per_gpu(inputs)
+    if inputs.mode != "training":
+        return params * es, 0, 0
+    dp, z, m = inputs.dp, inputs.zero, inputs.model
+    weights = params * es if z < 3 else ceil_div(params * es, dp) + 2 * (params // m.layers) * es
+    grads = params * es if z < 2 else ceil_div(params * es, dp)
+    optimizer = params * (12 if es < 4 else 8)
+    return weights, grads, optimizer if z < 1 else ceil_div(optimizer, dp)
 
 
 # --- attention per layer type, from the lead's estimator ---------------------------------------------------
@@ -267,7 +313,7 @@ def budget(inputs: PlanInputs) -> Plan:
         verdict = f"backend {inputs.backend} cannot run this attention call: " + "; ".join(reasons or ("unknown",))
 
     params_gpu = params_per_gpu(inputs)
-    weights = params_gpu * es
+    weights, grads, optimizer = model_state(inputs)
     q_bytes, kv_new = b * n * hq * d * es, 2 * b * n * hk * d * es
     resid = b * n * H * es
     detail: dict[str, int] = {}
@@ -290,11 +336,15 @@ def budget(inputs: PlanInputs) -> Plan:
     ffn_live = (3 if m.gated_ffn else 2) * b * n * F * es  # gate, up, act·up (SwiGLU) or fc1, act (GELU)
     # Saved by each norm (measured, tests/data/hf_layer_saved_bytes.csv): HF RMSNorm keeps its fp32 input, the
     # normalised 16-bit tensor and rsqrt (b·n fp32); LayerNorm keeps its input, mean and rstd (b·n fp32 each).
+    # Sequence parallelism (Korthikanti et al. §4.2.2) splits these residual-stream tensors tp ways as well.
+    sp = inputs.tp if (training and inputs.sequence_parallel) else 1
+    n_sp = ceil_div(n, sp)
     if m.norm == "rmsnorm":
-        norm_save = m.norms_per_layer * (b * n * H * (4 + es) + b * n * 4)
+        norm_save = m.norms_per_layer * (b * n_sp * H * (4 + es) + b * n_sp * 4)
     else:
-        norm_save = m.norms_per_layer * (b * n * H * es + 2 * b * n * 4)
-    ffn_save = resid + (4 if m.gated_ffn else 2) * b * n * F * es  # Korthikanti et al. 2022 §4.1, generalised
+        norm_save = m.norms_per_layer * (b * n_sp * H * es + 2 * b * n_sp * 4)
+    resid_saved = b * n_sp * H * es  # the normed input that q/k/v (and the FFN) projections save
+    ffn_save = resid_saved + (4 if m.gated_ffn else 2) * b * n * F * es  # Korthikanti et al. 2022 §4.1
     if unsupported:
         activations = 0
     elif not training:
@@ -326,18 +376,18 @@ def budget(inputs: PlanInputs) -> Plan:
             # saves its repeated k, v (both inside `retained`)
             qkv_saved = {"math": 0, "eager": q_bytes if m.q_heads != m.kv_heads else q_bytes + kv_new}.get(
                 selected, q_bytes + kv_new)
-            none_layer = norm_save + resid + qkv_saved + retained + ffn_save
+            none_layer = norm_save + resid_saved + qkv_saved + retained + ffn_save
             if none_layer > sum(worst.values()):
-                worst = {"layer_attention_bytes": resid + qkv_saved + retained, "layer_ffn_bytes": ffn_save,
+                worst = {"layer_attention_bytes": resid_saved + qkv_saved + retained, "layer_ffn_bytes": ffn_save,
                          "layer_norms_bytes": norm_save, "layer_attention_core_bytes": qkv_saved + retained}
             attn_bwd = max(0, (est.peak_extra_bytes or 0) - retained)
             if inputs.checkpointing == "none":
                 layer, bwd = none_layer, max(attn_bwd, 2 * b * n * F * es)
             elif inputs.checkpointing == "selective":  # attention core recomputed (Korthikanti §4.2)
-                layer = norm_save + resid + q_bytes + kv_new + out_bytes + ffn_save
+                layer = norm_save + resid_saved + q_bytes + kv_new + out_bytes + ffn_save
                 bwd = max(est.peak_extra_bytes or 0, 2 * b * n * F * es)
             else:  # full: keep each layer's input, recompute the layer during its backward
-                layer = resid
+                layer = resid_saved
                 bwd = none_layer + max(attn_bwd, 2 * b * n * F * es)
             stored += layer * a.layers
             transient = max(transient, bwd)
@@ -350,14 +400,11 @@ def budget(inputs: PlanInputs) -> Plan:
                       **worst)
 
     if training:
-        grads = params_gpu * es
-        optimizer = params_gpu * (12 if es < 4 else 8)  # fp32 master + m + v (mixed), or m + v (fp32 training)
         workspace = 2 * CUBLAS_WORKSPACE_BYTES  # forward thread and autograd thread
         components = (("weights", weights), ("gradients", grads), ("optimizer state", optimizer),
                       ("activations", activations), ("cuBLAS workspaces", workspace),
                       ("CUDA context", CUDA_CONTEXT_BYTES))
     else:
-        grads = optimizer = 0
         workspace = CUBLAS_WORKSPACE_BYTES
         components = (("weights", weights), ("kv cache", kv_cache), ("activations (peak layer)", activations),
                       ("cuBLAS workspace", workspace), ("CUDA context", CUDA_CONTEXT_BYTES))
@@ -467,10 +514,13 @@ def _times(inputs: PlanInputs, attn: list[_LayerAttention], gpu: GPU, params_gpu
         forward_ms = proj_ms + ffn_ms + core_fwd + other_ms + embed_ms
         recompute = {"none": 0.0, "selective": core_fwd, "full": proj_ms + ffn_ms + core_fwd + other_ms}
         adamw_ms = params_gpu * (2 * es + (24 if es < 4 else 16)) / bw * 1e3  # fused AdamW: read and write state
-        step_ms = 3 * (proj_ms + ffn_ms + other_ms + embed_ms) + core_fb + recompute[inputs.checkpointing] + adamw_ms
+        k = inputs.accumulation_steps  # micro-batches per step; the optimizer runs once
+        forward_ms *= k
+        step_ms = k * (3 * (proj_ms + ffn_ms + other_ms + embed_ms) + core_fb + recompute[inputs.checkpointing])
+        step_ms += adamw_ms
         full = inputs.checkpointing == "full"
-        parts = {"attention": (3 + full) * proj_ms + core_fb + (core_fwd if inputs.checkpointing != "none" else 0),
-                 "ffn": (3 + full) * ffn_ms, "embedding": 3 * embed_ms}
+        attention_ms = (3 + full) * proj_ms + core_fb + (core_fwd if inputs.checkpointing != "none" else 0)
+        parts = {"attention": k * attention_ms, "ffn": k * (3 + full) * ffn_ms, "embedding": k * 3 * embed_ms}
     decode_ms = decode_tps = None
     if m.kind == "decoder" and inputs.mode == "inference":
         decode_gpu_flops = b * (2 * (m.layers * (attn_mat + ffn_mat) + H * V)
@@ -498,9 +548,11 @@ def _assumptions(inputs: PlanInputs) -> tuple[str, ...]:
                    f"scales), logits for {'all positions' if inputs.logits == 'all' else 'the last position'} "
                    "in the model dtype plus an fp32 copy; decode reads all weights and the KV cache once per step.")
     else:
+        zero = (f"ZeRO stage {inputs.zero} over {inputs.dp} data-parallel replicas" if inputs.zero else
+                "no ZeRO sharding (data-parallel replicas hold full copies)")
         out.append("Training = one mixed-precision AdamW step: 16-bit weights and gradients, fp32 master weights and "
                    "two fp32 moments (2 + 2 + 12 bytes per parameter; fp32 training: 4 + 4 + 8), fused AdamW "
-                   "(no parameter-sized temporaries), no ZeRO sharding; data-parallel replicas hold full copies.")
+                   f"(no parameter-sized temporaries), {zero}.")
         out.append("Activations per layer follow Korthikanti et al. 2022 (arXiv:2205.05198) §4, generalised to "
                    "GQA and SwiGLU, with the attention core's saved tensors from the attention estimator; "
                    "dropout 0; the loss over every position peaks in its backward at dtype + 12 bytes per logit "
@@ -516,8 +568,11 @@ def _assumptions(inputs: PlanInputs) -> tuple[str, ...]:
                    "dropped at inference. The Hugging Face eager path keeps capping and materialises the scores: "
                    "plan it with --backend eager.")
     if inputs.tp > 1:
+        sp_text = ("with sequence parallelism the saved norm and residual-stream tensors split tp ways too"
+                   if inputs.sequence_parallel and inputs.mode == "training" else
+                   "residual stream and norms replicated (no sequence parallelism)")
         out.append("Tensor parallel: heads, FFN columns and vocabulary split (Megatron-LM); kv heads copied when "
-                   "tp exceeds kv_heads; residual stream and norms replicated (no sequence parallelism).")
+                   f"tp exceeds kv_heads; {sp_text}.")
     if inputs.cp > 1:
         out.append("Context parallel: ring attention; each GPU keeps seq_len/cp tokens of activations and KV, runs "
                    "one (seq_len/cp)² block at a time and holds one incoming kv block.")

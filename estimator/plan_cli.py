@@ -22,7 +22,8 @@ FLAG_OF = {"seq_len": "--seq-len", "batch": "--batch", "dtype": "--dtype", "kv_d
            "gpu": "--gpu", "gpus": "--gpus", "tp": "--tp", "cp": "--cp", "logits": "--logits",
            "layers": "--layers", "hidden": "--hidden", "q_heads": "--heads", "kv_heads": "--kv-heads",
            "head_dim": "--head-dim", "ffn": "--ffn", "vocab": "--vocab", "preset": "--preset", "config": "--config",
-           "torch": "--torch"}
+           "torch": "--torch", "sequence_parallel": "--sequence-parallel", "zero": "--zero",
+           "micro_batch": "--micro-batch"}
 ARCH_FLAGS = {"layers": "layers", "hidden": "hidden", "heads": "q_heads", "kv_heads": "kv_heads",
               "head_dim": "head_dim", "ffn": "ffn", "vocab": "vocab"}
 
@@ -56,6 +57,11 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     hw.add_argument("--gpus", default=None, help="total GPUs (default tp·cp; the rest is data parallel)")
     hw.add_argument("--tp", default="1", help="tensor-parallel degree")
     hw.add_argument("--cp", default="1", help="context-parallel degree")
+    work.add_argument("--micro-batch", default=None,
+                      help="training: sequences per replica per pass; the rest is gradient accumulation")
+    hw.add_argument("--zero", default="0", help="training: ZeRO stage 0-3 over the data-parallel replicas")
+    hw.add_argument("--sequence-parallel", action="store_true",
+                    help="training with --tp: split norm and residual activations tp ways too (Megatron-LM)")
     hw.add_argument("--torch", dest="torch_version", default="2.11", help="PyTorch version modelled")
 
 
@@ -124,7 +130,8 @@ def inputs_from_args(args: argparse.Namespace) -> PlanInputs:
                           mode=args.mode, checkpointing=args.checkpointing,
                           window=None if args.window is None else args.window, backend=args.backend,
                           gpu=args.gpu, gpus=args.gpus, tp=args.tp, cp=args.cp, torch_version=args.torch_version,
-                          logits=args.logits)
+                          logits=args.logits, sequence_parallel=args.sequence_parallel, zero=args.zero,
+                          micro_batch=args.micro_batch)
     except ValueError as exc:
         raise _flagged(exc) from None
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from .config import MAX_SEQ_LEN
 from .hardware import CATALOG
-from .plan import CUDA_CONTEXT_BYTES, PlanInputs, budget, element_bytes, params_per_gpu
+from .plan import CUDA_CONTEXT_BYTES, PlanInputs, budget, model_state
 
 MAX_BATCH = 1 << 20
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64)
@@ -59,7 +59,13 @@ def max_seq_len(inputs: PlanInputs, limit: int = MAX_SEQ_LEN) -> int:
 
 
 def max_batch(inputs: PlanInputs, limit: int = MAX_BATCH) -> int:
-    """Largest global batch that fits at this seq_len; 0 when batch 1 does not fit."""
+    """Largest global batch that fits at this seq_len; 0 when batch 1 does not fit. With a micro-batch
+    (gradient accumulation) memory does not grow with the batch: then the largest batch that fits without
+    accumulation, i.e. the largest micro-batch × data-parallel replicas."""
+    if inputs.mode == "training" and inputs.micro_batch is not None:
+        micro = _largest(lambda mb: _fits(inputs, micro_batch=mb, batch=mb * inputs.dp), 1, limit,
+                         inputs.micro_batch)
+        return max(micro, 0) * inputs.dp
     return max(_largest(lambda bt: _fits(inputs, batch=bt), 1, limit, inputs.batch), 0)
 
 
@@ -102,10 +108,7 @@ def smallest_gpu(inputs: PlanInputs, counts: tuple[int, ...] = GPU_COUNTS) -> li
 
 def model_state_bytes(inputs: PlanInputs) -> int:
     """Per-GPU weights, plus gradients and AdamW state when training: a lower bound on the plan's total."""
-    per_param = element_bytes(inputs.dtype)
-    if inputs.mode == "training":
-        per_param = 2 * per_param + (12 if per_param < 4 else 8)
-    return params_per_gpu(inputs) * per_param
+    return sum(model_state(inputs))
 
 
 def _divisors(count: int) -> list[int]:

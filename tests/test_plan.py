@@ -337,3 +337,44 @@ def test_training_loss_peak_matches_a_measured_hf_llama(row):
     plan = plan_budget(PlanInputs(model=model, seq_len=int(row["seq_len"]), batch=int(row["batch"]),
                                   dtype=row["dtype"], mode="training", gpu="h200"))
     assert plan.activation_bytes == pytest.approx(int(row["peak_extra_bytes"]), rel=0.01)
+
+
+def test_zero_stages_shard_the_model_state_over_data_parallel_replicas():
+    m = get_preset("llama-2-7b")
+    base = dict(mode="training", seq_len=1024, batch=8, gpus=8, gpu="h200")
+    z0, z1, z2, z3 = (budget("llama-2-7b", zero=z, **base) for z in range(4))
+    assert (z0.weights_bytes, z0.gradient_bytes, z0.optimizer_bytes) == (2 * m.params, 2 * m.params, 12 * m.params)
+    assert z1.optimizer_bytes == -(-12 * m.params // 8) and z1.gradient_bytes == 2 * m.params
+    assert z2.gradient_bytes == -(-2 * m.params // 8) and z2.weights_bytes == 2 * m.params
+    two_layers = 2 * (m.params // 32) * 2  # stage 3 gathers the current and the prefetched layer
+    assert z3.weights_bytes == -(-2 * m.params // 8) + two_layers
+    assert z0.total_bytes > z1.total_bytes > z2.total_bytes > z3.total_bytes
+    with pytest.raises(ValueError, match="zero: expected a ZeRO stage"):
+        inputs("llama-2-7b", zero=4)
+
+
+def test_sequence_parallel_splits_korthikanti_terms_by_tp():
+    # Korthikanti et al. 2022 eq. (5) with selective recompute: 34·s·b·h / t per layer; without dropout 32/t.
+    from estimator.models import ModelSpec
+
+    gpt = ModelSpec(name="gpt", layers=2, hidden=2048, q_heads=16, kv_heads=16, head_dim=128, ffn=8192, vocab=50304,
+                    gated_ffn=False, norm="layernorm")
+    b, s, h, t = 2, 2048, 2048, 4
+    plan = plan_budget(PlanInputs(model=gpt, seq_len=s, batch=b, mode="training", checkpointing="selective",
+                                  gpu="h200", tp=t, sequence_parallel=True))
+    assert plan.activation_detail["stored_layers_bytes"] == 2 * (32 * s * b * h // t + 2 * 2 * s * b * 4 // t)
+    no_sp = plan_budget(PlanInputs(model=gpt, seq_len=s, batch=b, mode="training", checkpointing="selective",
+                                   gpu="h200", tp=t))
+    assert no_sp.activation_detail["stored_layers_bytes"] > plan.activation_detail["stored_layers_bytes"]
+
+
+def test_micro_batches_bound_activations_and_multiply_time():
+    full = budget("llama-2-7b", mode="training", seq_len=2048, batch=8)
+    micro = budget("llama-2-7b", mode="training", seq_len=2048, batch=8, micro_batch=2)
+    two = budget("llama-2-7b", mode="training", seq_len=2048, batch=2)
+    assert inputs("llama-2-7b", mode="training", batch=8, micro_batch=2).accumulation_steps == 4
+    assert micro.activation_bytes == two.activation_bytes < full.activation_bytes
+    assert micro.training_step_flops == full.training_step_flops  # same work, in four passes
+    assert micro.step_time_ms > two.step_time_ms * 3.5
+    assert make_plan(inputs("llama-2-7b", mode="training", seq_len=2048, batch=8, micro_batch=2,
+                            gpu="h200")).max_batch >= 2

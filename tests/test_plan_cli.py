@@ -41,6 +41,9 @@ def test_json_has_every_contract_key(capsys):
     ["--preset", "mistral-7b", "--seq-len", "65536", "--cp", "2", "--gpu", "a100-80gb"],
     ["--preset", "vit-l-16", "--seq-len", "4097", "--batch", "16", "--backend", "math", "--gpu", "a100-40gb"],
     ["--preset", "llama-2-7b", "--seq-len", "4096", "--mode", "training", "--checkpointing", "selective"],
+    ["--preset", "llama-3-70b", "--seq-len", "8192", "--batch", "64", "--mode", "training", "--checkpointing",
+     "selective", "--gpu", "h100-sxm", "--gpus", "64", "--tp", "8", "--sequence-parallel", "--zero", "1",
+     "--micro-batch", "1"],
     ["--layers", "12", "--hidden", "768", "--heads", "12", "--ffn", "3072", "--vocab", "50257", "--plain-ffn",
      "--tied", "--seq-len", "1024"],
     ["--config", str(DATA / "gemma-2-9b.config.json"), "--seq-len", "8192", "--window", "1024"],
@@ -89,6 +92,8 @@ def test_json_with_trace_and_gpu_choices(capsys):
     (["--preset", "llama-2-7b", "--seq-len", "10", "--mode", "serve"], "--mode: unknown value 'serve'"),
     (["--preset", "llama-2-7b", "--seq-len", "10", "--no-such-flag"], "unrecognized arguments"),
     (["--preset", "llama-2-7b", "--seq-len", "10", "--torch", "1.0"], "--torch: unknown version '1.0'"),
+    (["--preset", "llama-2-7b", "--seq-len", "10", "--zero", "5"], "--zero: expected a ZeRO stage"),
+    (["--preset", "llama-2-7b", "--seq-len", "10", "--micro-batch", "0"], "--micro-batch: must be at least 1"),
     (["--preset", "llama-2-7b", "--seq-len", "10", "--gpus", "3", "--tp", "2"], "--gpus: 3 is not a multiple"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):

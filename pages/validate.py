@@ -40,7 +40,7 @@ if status is None:
     st.download_button("Download these calls (plan_calls.csv)", data=csv_text, file_name="plan_calls.csv",
                        mime="text/csv", key="validate_download_calls", on_click="ignore")
     st.code("pip install -r requirements.txt   # with the CUDA build of torch\n"
-            "python -m validation run --in plan_calls.csv --out measured.csv", language="bash")
+            f"python -m validation run --in plan_calls.csv --out measured.csv --gpu {inputs.gpu}", language="bash")
 else:
     st.success(f"CUDA GPU: {status['name']}, {status['free_bytes'] / GIB:,.1f} GiB free of "
                f"{status['total_bytes'] / GIB:,.1f} GiB.")
@@ -82,8 +82,11 @@ compare_gpu = st.selectbox("compare with the prediction for", list(CATALOG), ind
                            key="validate_compare_gpu")
 table = gpu.compare(result, get_gpu(compare_gpu))
 shown = [c for c in ("id", "backend", "ran_backend", "predicted_backend", "status", "q_len", "kv_len", "mode",
-                     "measured_peak_extra_bytes", "peak_extra_bytes", "relative_error", "measured_time_ms",
-                     "n_kernels", "error") if c in table.columns]
+                     "measured_peak_extra_bytes", "peak_extra_bytes", "relative_error", "predicted_peak_extra_bytes",
+                     "rel_err_peak", "peak_within_tol", "measured_time_ms", "n_kernels", "device_name", "error")
+         if c in table.columns]
+st.caption(f"peak_extra_bytes and relative_error: this page's prediction for the {compare_gpu}; predicted_* and "
+           "rel_err_peak: what `validation run` predicted for the GPU it ran on.")
 st.dataframe(table[shown], hide_index=True, width="stretch", key="validate_result_table",
              column_config={"relative_error": st.column_config.NumberColumn(format="percent")})
 ok = table["relative_error"].dropna() if "relative_error" in table.columns else pd.Series(dtype=float)

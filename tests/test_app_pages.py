@@ -240,3 +240,29 @@ def test_validate_guard_blocks_calls_that_do_not_fit(monkeypatch):
 def test_tree_page_renders_the_tree():
     at = app("pages/tree.py")
     assert any("profile-first" in c.value for c in at.code)
+
+
+def test_validate_displays_a_real_cpu_validation_run(tmp_path, monkeypatch):
+    """`python -m validation run` on the CPU (eager with GQA, and math), its CSV uploaded to the page."""
+    import subprocess
+
+    import ui.gpu
+    monkeypatch.setattr(ui.gpu, "cuda_status", lambda: None)
+    calls = pd.DataFrame([
+        {"id": "a", "backend": "eager", "dtype": "float32", "batch": 1, "q_heads": 4, "kv_heads": 2, "head_dim": 32,
+         "q_len": 128, "kv_len": 128, "causal": 1, "mask": "none", "dropout": 0.0, "mode": "forward"},
+        {"id": "b", "backend": "math", "dtype": "float32", "batch": 1, "q_heads": 4, "kv_heads": 4, "head_dim": 32,
+         "q_len": 1, "kv_len": 128, "causal": 0, "mask": "none", "dropout": 0.0, "mode": "forward"}])
+    calls.to_csv(tmp_path / "calls.csv", index=False)
+    subprocess.run([sys.executable, "-m", "validation", "run", "--in", str(tmp_path / "calls.csv"), "--out",
+                    str(tmp_path / "measured.csv"), "--device", "cpu", "--repeats", "1"], cwd=ROOT, check=True,
+                   capture_output=True)
+    at = app("pages/validate.py")
+    at.file_uploader(key="validate_upload").upload("measured.csv", (tmp_path / "measured.csv").read_bytes(),
+                                                   "text/csv")
+    at.run()
+    assert not at.exception and not at.error
+    table = frame_with(at, "ran_backend")
+    assert list(table["ran_backend"]) == ["eager", "math"]
+    assert list(table["status"]) == ["ok", "ok"]
+    assert table["measured_peak_extra_bytes"].gt(0).all() and table["relative_error"].notna().all()

@@ -1,0 +1,1 @@
+"""Pure helpers behind the Streamlit pages: forms and URL state, sweeps, figures, exports, GPU validation."""

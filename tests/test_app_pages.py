@@ -106,6 +106,18 @@ def test_plan_training_eager_and_tp_errors_are_one_line():
     assert any("tp" in e.value for e in at.error)
 
 
+def test_plan_training_with_zero_and_parallelism_from_url():
+    query = {"preset": "llama-2-70b", "mode": "training", "seq_len": "4096", "batch": "64", "gpus": "64",
+             "tp": "8", "zero": "3", "micro_batch": "1", "sequence_parallel": "1", "checkpointing": "full"}
+    at = app(query=query)
+    expected = plan_for(model=get_preset("llama-2-70b"), mode="training", seq_len=4096, batch=64, gpus=64, tp=8,
+                        zero=3, micro_batch=1, sequence_parallel=True, checkpointing="full")
+    assert metric(at, "total per GPU") == gib_text(expected["total_bytes"])
+    at.selectbox(key="plan_zero").set_value(0)
+    submit(at, "Plan")
+    assert metric(at, "total per GPU") != gib_text(expected["total_bytes"])
+
+
 def test_plan_hf_config_upload():
     cfg = {"model_type": "llama", "num_hidden_layers": 16, "hidden_size": 2048, "num_attention_heads": 32,
            "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 128256, "tie_word_embeddings": True}

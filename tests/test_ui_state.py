@@ -27,12 +27,14 @@ def test_defaults_round_trip():
        kv_dtype=st.sampled_from(["bfloat16", "float8", "int8", "int4"]),
        mode=st.sampled_from(state.PLAN_MODES), backend=st.sampled_from(["auto", "math", "flash", "eager"]),
        layers=st.integers(1, 200), kv_heads=st.sampled_from([1, 2, 4, 8]), gated=st.booleans(),
-       gpu=st.sampled_from(["h200", "a100-80gb", "l4"]), tp=st.integers(1, 8))
+       gpu=st.sampled_from(["h200", "a100-80gb", "l4"]), tp=st.integers(1, 8), zero=st.sampled_from([0, 1, 2, 3]),
+       micro_batch=st.integers(0, 64), sp=st.booleans())
 def test_custom_plan_round_trips(seq_len, batch, window, dtype, kv_dtype, mode, backend, layers, kv_heads, gated,
-                                 gpu, tp):
+                                 gpu, tp, zero, micro_batch, sp):
     values = {**state.PLAN_DEFAULTS, "source": "custom", "seq_len": seq_len, "batch": batch, "window": window,
               "dtype": dtype, "kv_dtype": kv_dtype, "mode": mode, "backend": backend, "layers": layers,
-              "kv_heads": kv_heads, "gated_ffn": gated, "gpu": gpu, "tp": tp}
+              "kv_heads": kv_heads, "gated_ffn": gated, "gpu": gpu, "tp": tp, "zero": zero,
+              "micro_batch": micro_batch, "sequence_parallel": sp}
     query = state.query_from_values(values)
     assert all(isinstance(v, str) for v in query.values())
     back, errors = state.values_from_query(query, presets=PRESETS)
@@ -49,12 +51,13 @@ def test_uploaded_config_travels_as_custom_architecture():
 
 def test_bad_parameters_are_named_and_defaults_stand():
     values, errors = state.values_from_query({"seq_len": "lots", "gpu": "h300", "dtype": "fp8", "batch": "0",
-                                              "preset": "gpt-9", "mode": "serving", "unrelated": "x"},
+                                              "preset": "gpt-9", "mode": "serving", "unrelated": "x", "zero": "4",
+                                              "micro_batch": "-1"},
                                              presets=PRESETS)
     joined = "\n".join(errors)
-    for key in ("seq_len", "gpu", "dtype", "batch", "preset", "mode"):
+    for key in ("seq_len", "gpu", "dtype", "batch", "preset", "mode", "zero", "micro_batch"):
         assert key in joined
-    assert len(errors) == 6
+    assert len(errors) == 8
     assert values["seq_len"] == state.PLAN_DEFAULTS["seq_len"] and values["gpu"] == "h200"
 
 

@@ -14,7 +14,7 @@ import streamlit as st
 
 from estimator.config import BACKENDS, DTYPE_BITS, KV_DTYPE_BITS, MASKS
 from estimator.hardware import CATALOG
-from ui.state import CALL_MODES, CHECKPOINTING, PLAN_MODES
+from ui.state import CALL_MODES, CHECKPOINTING, LOGITS, PLAN_MODES, ZERO_STAGES
 
 
 def seed_state(prefix: str, url_values: Mapping) -> None:
@@ -109,5 +109,14 @@ def plan_form(prefix: str, presets: list[str], source: str) -> tuple[bool, objec
             _int("GPUs", f"{prefix}gpus")
             _int("tensor parallel (tp)", f"{prefix}tp")
             _int("context parallel (cp)", f"{prefix}cp")
+            with st.expander("More: ZeRO, micro-batches, sequence parallelism, logits"):
+                st.selectbox("ZeRO stage (training)", ZERO_STAGES, key=f"{prefix}zero",
+                             help="1 shards the optimizer state over data-parallel replicas, 2 also the gradients, "
+                                  "3 also the weights")
+                st.number_input("micro-batch (training, 0 = the whole per-replica batch)", min_value=0, step=1,
+                                key=f"{prefix}micro_batch")
+                st.checkbox("sequence parallelism (training with tp > 1)", key=f"{prefix}sequence_parallel")
+                st.selectbox("logits (inference)", LOGITS, key=f"{prefix}logits",
+                             help="last = logits for the last position only; all = for every position")
         submitted = st.form_submit_button("Plan", type="primary")
     return submitted, uploaded

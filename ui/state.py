@@ -33,12 +33,16 @@ PLAN_DEFAULTS: dict = {
     "gated_ffn": True, "tied_embeddings": False,
     "seq_len": 8192, "batch": 1, "dtype": "bfloat16", "kv_dtype": "bfloat16", "mode": "inference",
     "checkpointing": "none", "window": 0, "backend": "auto", "gpu": "h200", "gpus": 1, "tp": 1, "cp": 1,
+    "zero": 0, "micro_batch": 0, "sequence_parallel": False, "logits": "last",
 }
+ZERO_STAGES = (0, 1, 2, 3)
+LOGITS = ("last", "all")
 ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "gated_ffn", "tied_embeddings")
 _INT_LIMITS = {"layers": 4096, "hidden": 1 << 20, "heads": 1 << 16, "kv_heads": 1 << 16, "head_dim": 1 << 16,
                "ffn": 1 << 22, "vocab": 1 << 24, "seq_len": MAX_SEQ_LEN, "batch": 1 << 20, "gpus": 1 << 16,
                "tp": 1 << 12, "cp": 1 << 12}
-_CHOICES = {"source": MODEL_SOURCES, "mode": PLAN_MODES, "checkpointing": CHECKPOINTING, "backend": BACKENDS}
+_CHOICES = {"source": MODEL_SOURCES, "mode": PLAN_MODES, "checkpointing": CHECKPOINTING, "backend": BACKENDS,
+            "logits": LOGITS}
 
 CALL_DEFAULTS: dict = {
     "batch": 1, "q_heads": 32, "kv_heads": 8, "head_dim": 128, "q_len": 8192, "kv_len": 8192,
@@ -69,8 +73,16 @@ def _coerce(key: str, raw, ints: Mapping[str, int], choices: Mapping[str, tuple]
         return normalize_dtype(raw, field="kv_dtype", allowed=KV_DTYPE_BITS)
     if key == "gpu":
         return get_gpu(raw).name
-    if key in ("gated_ffn", "tied_embeddings", "causal"):
+    if key in ("gated_ffn", "tied_embeddings", "causal", "sequence_parallel"):
         return parse_bool(key, raw)
+    if key == "zero":
+        text = str(raw).strip()
+        if text not in {str(z) for z in ZERO_STAGES}:
+            raise ValueError(f"zero: unknown ZeRO stage {raw!r}; expected 0, 1, 2 or 3")
+        return int(text)
+    if key == "micro_batch":  # 0 = the whole per-replica batch in one pass
+        text = str(raw).strip().lower()
+        return 0 if text in ("", "0", "none") else check_positive_int("micro_batch", text, 1 << 20)
     if key == "window":  # 0 = no window (global attention)
         text = str(raw).strip().lower()
         return 0 if text in ("", "0", "none") else check_positive_int("window", text, MAX_SEQ_LEN)
@@ -188,4 +200,6 @@ def plan_inputs(values: Mapping, config_spec=None):
                       dtype=values["dtype"], kv_dtype=values["kv_dtype"], mode=values["mode"],
                       checkpointing=values["checkpointing"], window=values["window"] or None,
                       backend=values["backend"], gpu=values["gpu"], gpus=values["gpus"], tp=values["tp"],
-                      cp=values["cp"])
+                      cp=values["cp"], zero=values.get("zero", 0), micro_batch=values.get("micro_batch") or None,
+                      sequence_parallel=bool(values.get("sequence_parallel", False)),
+                      logits=values.get("logits", "last"))

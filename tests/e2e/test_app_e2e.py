@@ -90,3 +90,10 @@ def test_trace_upload_through_the_browser(page, app_url, tmp_path):
     page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(trace))
     expect(page.get_by_test_id("stAlert").filter(has_text="100 requests")).to_be_visible()
     expect(page.get_by_text("P99 (n = 20,000)")).to_be_visible()
+
+
+def test_call_page_from_a_shared_url_runs_eager(page, app_url):
+    page.goto(f"{app_url}/call?backend=eager&q_len=4096&kv_len=4096&q_heads=32&kv_heads=8&dtype=bfloat16")
+    expect(metric(page, "backend that runs")).to_have_text("eager")
+    expect(page.get_by_test_id("stPlotlyChart")).to_have_count(1)
+    expect(page.get_by_test_id("stException")).to_have_count(0)

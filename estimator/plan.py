@@ -292,112 +292,62 @@ def _attention_layers(inputs: PlanInputs) -> list[_LayerAttention]:
 
 # --- the budget ---------------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class _Sizes:
+    """Per-GPU tensor sizes in bytes that the activation formulas share."""
+
+    b: int  # sequences per GPU at a time
+    n: int  # tokens per GPU
+    F: int  # FFN width per GPU
+    V: int  # output width per GPU (vocabulary / tp, or classes)
+    es: int  # element bytes
+    q: int  # b·n·hq·d·es
+    kv: int  # k and v of the new tokens: 2·b·n·hk·d·es
+    resid: int  # b·n·H·es, one residual-stream tensor
+
+
 def budget(inputs: PlanInputs) -> Plan:
     """Memory, FLOPs and time of the plan without the solvers. Per-GPU bytes, whole-model FLOPs."""
     m, gpu = inputs.model, gpu_of(inputs)
-    es = element_bytes(inputs.dtype)
-    b, n, H = inputs.batch_per_gpu, inputs.tokens_per_gpu, m.hidden
-    hq, hk, d, tp = inputs.q_heads_per_gpu, inputs.kv_heads_per_gpu, m.head_dim, inputs.tp
-    F, V = ceil_div(m.ffn, tp), (ceil_div(m.vocab, tp) if m.kind == "decoder" else m.vocab)
+    es, b, n, tp = element_bytes(inputs.dtype), inputs.batch_per_gpu, inputs.tokens_per_gpu, inputs.tp
+    hq, hk, d = inputs.q_heads_per_gpu, inputs.kv_heads_per_gpu, m.head_dim
+    z = _Sizes(b=b, n=n, F=ceil_div(m.ffn, tp), V=ceil_div(m.vocab, tp) if m.kind == "decoder" else m.vocab, es=es,
+               q=b * n * hq * d * es, kv=2 * b * n * hk * d * es, resid=b * n * m.hidden * es)
     training = inputs.mode == "training"
     attn = _attention_layers(inputs)
     unsupported = [a for a in attn if not a.memory.supported or not a.timing.supported
                    or (a.forward_timing is not None and not a.forward_timing.supported)]
-    selected = attn[0].memory.selected_backend if not unsupported else "none"
+    selected = attn[-1].memory.selected_backend if not unsupported else "none"  # the longest-span layers'
     verdict = ""
     if unsupported:
         est = unsupported[0].timing if not unsupported[0].timing.supported else unsupported[0].memory
-        reasons = est.reasons.get(inputs.backend, ()) if inputs.backend in est.reasons else ()
-        if not reasons:
-            reasons = tuple(r for rs in est.reasons.values() for r in rs)
+        reasons = est.reasons.get(inputs.backend, ()) or tuple(r for rs in est.reasons.values() for r in rs)
         verdict = f"backend {inputs.backend} cannot run this attention call: " + "; ".join(reasons or ("unknown",))
 
     params_gpu = params_per_gpu(inputs)
     weights, grads, optimizer = model_state(inputs)
-    q_bytes, kv_new = b * n * hq * d * es, 2 * b * n * hk * d * es
-    resid = b * n * H * es
-    detail: dict[str, int] = {}
-
-    # KV cache (decoder inference): Σ_layers 2·hk·d·min(n_total, w)/cp·b·kv_bits/8, kept in bits until the end.
+    # KV cache (decoder inference): Σ_layers 2·hk·d·min(seq_len, w)/cp·b·kv_bits/8, kept in bits until the end.
     kv_bits = KV_DTYPE_BITS[inputs.kv_dtype]
-    per_token_bits = m.layers * 2 * hk * d * kv_bits if m.kind == "decoder" else 0
-    seq_bits = sum(a.layers * 2 * hk * d * kv_bits * ceil_div(a.span, inputs.cp) for a in attn)
-    kv_per_sequence = ceil_div(seq_bits, 8) if m.kind == "decoder" else 0
-    kv_cache = ceil_div(seq_bits * b, 8) if (m.kind == "decoder" and not training) else 0
+    decoder = m.kind == "decoder"
+    per_token_bits = m.layers * 2 * hk * d * kv_bits if decoder else 0
+    seq_bits = sum(a.layers * 2 * hk * d * kv_bits * ceil_div(a.span, inputs.cp) for a in attn) if decoder else 0
+    kv_cache = 0 if training else ceil_div(seq_bits * b, 8)
 
     scores_live = textbook = 0
-    materialises = selected in ("math", "eager")
+    detail: dict[str, int] = {}
+    activations = 0
     if not unsupported:
-        worst_scores = max(a.memory.scores_bytes for a in attn)
-        all_scores = sum(a.memory.scores_bytes * a.layers for a in attn)
-        textbook = all_scores if (training and inputs.checkpointing == "none") else worst_scores
-        scores_live = textbook if materialises else 0
-
-    ffn_live = (3 if m.gated_ffn else 2) * b * n * F * es  # gate, up, act·up (SwiGLU) or fc1, act (GELU)
-    # Saved by each norm (measured, tests/data/hf_layer_saved_bytes.csv): HF RMSNorm keeps its fp32 input, the
-    # normalised 16-bit tensor and rsqrt (b·n fp32); LayerNorm keeps its input, mean and rstd (b·n fp32 each).
-    # Sequence parallelism (Korthikanti et al. §4.2.2) splits these residual-stream tensors tp ways as well.
-    sp = inputs.tp if (training and inputs.sequence_parallel) else 1
-    n_sp = ceil_div(n, sp)
-    if m.norm == "rmsnorm":
-        norm_save = m.norms_per_layer * (b * n_sp * H * (4 + es) + b * n_sp * 4)
-    else:
-        norm_save = m.norms_per_layer * (b * n_sp * H * es + 2 * b * n_sp * 4)
-    resid_saved = b * n_sp * H * es  # the normed input that q/k/v (and the FFN) projections save
-    ffn_save = resid_saved + (4 if m.gated_ffn else 2) * b * n * F * es  # Korthikanti et al. 2022 §4.1
-    if unsupported:
-        activations = 0
-    elif not training:
-        # Prefill without grad: the worst of (attention phase, FFN phase) over layers, or the logits at the end.
-        cp_buffer = kv_new if inputs.cp > 1 else 0  # ring attention receives the next kv block while computing
-        attn_phase = 0
-        for a in attn:
-            cache_layer = 2 * b * ceil_div(a.span, inputs.cp) * hk * d * kv_bits // 8
-            transient_kv = kv_new if m.kind == "encoder" else max(0, kv_new - cache_layer)
-            # residual + the normed input (the attention module's argument, alive until it returns) + q + the call
-            attn_phase = max(attn_phase, 2 * resid + q_bytes + transient_kv + a.memory.peak_extra_bytes + cp_buffer)
-        # layer input (the caller still holds it) + the new residual + the normed input + the FFN intermediates
-        # (measured peak of a HF LlamaDecoderLayer, tests/data/hf_layer_inference_peak.csv)
-        ffn_phase = 3 * resid + ffn_live
-        rows = b * (n if inputs.logits == "all" and m.kind == "decoder" else 1)
-        logits_phase = resid + rows * V * (es + 4)  # logits in dtype, then .float() (HF generate)
-        activations = max(attn_phase, ffn_phase, logits_phase)
-        detail.update(attention_phase_bytes=attn_phase, ffn_phase_bytes=ffn_phase, logits_phase_bytes=logits_phase)
-    else:
-        stored = transient = 0
-        out_bytes = q_bytes
-        worst: dict[str, int] = {}
-        for a in attn:
-            est = a.memory
-            retained = est.forward_retained_bytes or 0
-            if materialises and inputs.cp > 1:  # every ring block's score matrix is saved, not just one
-                retained *= inputs.cp
-            # q, k, v stay alive because the kernel saves them; math saves fp32 copies instead, and eager with GQA
-            # saves its repeated k, v (both inside `retained`)
-            qkv_saved = {"math": 0, "eager": q_bytes if m.q_heads != m.kv_heads else q_bytes + kv_new}.get(
-                selected, q_bytes + kv_new)
-            none_layer = norm_save + resid_saved + qkv_saved + retained + ffn_save
-            if none_layer > sum(worst.values()):
-                worst = {"layer_attention_bytes": resid_saved + qkv_saved + retained, "layer_ffn_bytes": ffn_save,
-                         "layer_norms_bytes": norm_save, "layer_attention_core_bytes": qkv_saved + retained}
-            attn_bwd = max(0, (est.peak_extra_bytes or 0) - retained)
-            if inputs.checkpointing == "none":
-                layer, bwd = none_layer, max(attn_bwd, 2 * b * n * F * es)
-            elif inputs.checkpointing == "selective":  # attention core recomputed (Korthikanti §4.2)
-                layer = norm_save + resid_saved + q_bytes + kv_new + out_bytes + ffn_save
-                bwd = max(est.peak_extra_bytes or 0, 2 * b * n * F * es)
-            else:  # full: keep each layer's input, recompute the layer during its backward
-                layer = resid_saved
-                bwd = none_layer + max(attn_bwd, 2 * b * n * F * es)
-            stored += layer * a.layers
-            transient = max(transient, bwd)
-        rows = b * n if m.kind == "decoder" else b
-        # Loss backward: logits (dtype) + fp32 log-softmax saved + its incoming and outgoing fp32 gradients; the
-        # fp32 copy of the logits is gone by then. Measured: 14 B/element bf16, 16 fp32 (hf_loss_peak.csv).
-        logits_phase = resid + rows * V * (es + 12)
-        activations = stored + max(transient, logits_phase)
-        detail.update(stored_layers_bytes=stored, backward_transient_bytes=transient, logits_phase_bytes=logits_phase,
-                      **worst)
+        # textbook b·h·L·S·es of what is alive at the peak: every layer's when training keeps them all
+        keep_all = training and inputs.checkpointing == "none"
+        per_layer = [(a.memory.scores_bytes, a.layers, a.memory.selected_backend in ("math", "eager")) for a in attn]
+        textbook = sum(sb * k for sb, k, _ in per_layer) if keep_all else max(sb for sb, _, _ in per_layer)
+        live = [(sb, k) for sb, k, mat in per_layer if mat]
+        if live:
+            scores_live = sum(sb * k for sb, k in live) if keep_all else max(sb for sb, _ in live)
+        if training:
+            activations, detail = _training_activations(inputs, attn, z)
+        else:
+            activations, detail = _inference_activations(inputs, attn, z, kv_bits)
 
     if training:
         workspace = 2 * CUBLAS_WORKSPACE_BYTES  # forward thread and autograd thread
@@ -420,13 +370,83 @@ def budget(inputs: PlanInputs) -> Plan:
     return Plan(
         inputs=inputs, supported=not unsupported, verdict=verdict, selected_backend=selected, params=m.params,
         params_per_gpu=params_gpu, weights_bytes=weights, kv_cache_bytes=kv_cache,
-        kv_cache_bytes_per_token=ceil_div(per_token_bits, 8), kv_cache_bytes_per_sequence=kv_per_sequence,
+        kv_cache_bytes_per_token=ceil_div(per_token_bits, 8), kv_cache_bytes_per_sequence=ceil_div(seq_bits, 8),
         attention_scores_bytes=scores_live, textbook_scores_bytes=textbook, activation_bytes=activations,
         gradient_bytes=grads, optimizer_bytes=optimizer, workspace_bytes=workspace, total_bytes=total,
         capacity_bytes=capacity, fits=fits, prefill_flops=flops["forward"],
         prefill_executed_flops=flops["forward_executed"], training_step_flops=flops["step"],
         decode_flops_per_token=flops["decode"], flops_shares=flops["shares"], components=components,
         activation_detail=detail, assumptions=_assumptions(inputs), **times)
+
+
+def _inference_activations(inputs: PlanInputs, attn: list[_LayerAttention], z: _Sizes,
+                           kv_bits: int) -> tuple[int, dict[str, int]]:
+    """Prefill without grad: the worst of the attention phase and the FFN phase over layers, or the logits.
+    Both phases measured to the byte on a HF LlamaDecoderLayer (tests/data/hf_layer_inference_peak.csv)."""
+    m = inputs.model
+    cp_buffer = z.kv if inputs.cp > 1 else 0  # ring attention receives the next kv block while computing
+    attn_phase = 0
+    for a in attn:
+        cache_layer = 2 * z.b * ceil_div(a.span, inputs.cp) * inputs.kv_heads_per_gpu * m.head_dim * kv_bits // 8
+        transient_kv = z.kv if m.kind == "encoder" else max(0, z.kv - cache_layer)  # decoders: k, v are the cache
+        # layer input + the normed input (the attention module's argument, alive until it returns) + q + the call
+        attn_phase = max(attn_phase, 2 * z.resid + z.q + transient_kv + a.memory.peak_extra_bytes + cp_buffer)
+    # layer input (the caller still holds it) + the new residual + the normed input + gate, up, act·up (SwiGLU)
+    # or fc1, act (GELU)
+    ffn_phase = 3 * z.resid + (3 if m.gated_ffn else 2) * z.b * z.n * z.F * z.es
+    rows = z.b * (z.n if inputs.logits == "all" and m.kind == "decoder" else 1)
+    logits_phase = z.resid + rows * z.V * (z.es + 4)  # logits in dtype, then .float() (HF generate)
+    detail = {"attention_phase_bytes": attn_phase, "ffn_phase_bytes": ffn_phase, "logits_phase_bytes": logits_phase}
+    return max(detail.values()), detail
+
+
+def _training_activations(inputs: PlanInputs, attn: list[_LayerAttention], z: _Sizes) -> tuple[int, dict[str, int]]:
+    """Stored activations of every layer (Korthikanti et al. 2022 §4, generalised; checked against a HF
+    LlamaDecoderLayer, tests/data/hf_layer_saved_bytes.csv) + the larger of one layer's backward transient
+    and the loss backward."""
+    m, b, n, es = inputs.model, z.b, z.n, z.es
+    # Sequence parallelism (Korthikanti et al. §4.2.2) splits the residual-stream tensors tp ways as well.
+    n_sp = ceil_div(n, inputs.tp if inputs.sequence_parallel else 1)
+    # Each norm saves: HF RMSNorm its fp32 input, the normalised 16-bit tensor and rsqrt (b·n fp32);
+    # LayerNorm its input, mean and rstd (b·n fp32 each).
+    if m.norm == "rmsnorm":
+        norm_save = m.norms_per_layer * (b * n_sp * m.hidden * (4 + es) + b * n_sp * 4)
+    else:
+        norm_save = m.norms_per_layer * (b * n_sp * m.hidden * es + 2 * b * n_sp * 4)
+    resid_saved = b * n_sp * m.hidden * es  # the normed input that q/k/v (and the FFN) projections save
+    ffn_save = resid_saved + (4 if m.gated_ffn else 2) * b * n * z.F * es  # + gate, act, up, product (SwiGLU)
+    ffn_grads = 2 * b * n * z.F * es
+    stored = transient = 0
+    worst: dict[str, int] = {}
+    for a in attn:
+        est, backend = a.memory, a.memory.selected_backend
+        retained = est.forward_retained_bytes or 0
+        if backend in ("math", "eager") and inputs.cp > 1:  # every ring block's score matrix is saved
+            retained *= inputs.cp
+        # q, k, v stay alive because the kernel saves them; math saves fp32 copies instead, and eager with GQA
+        # saves its repeated k, v (both inside `retained`)
+        qkv_saved = {"math": 0, "eager": z.q if m.q_heads != m.kv_heads else z.q + z.kv}.get(backend, z.q + z.kv)
+        none_layer = norm_save + resid_saved + qkv_saved + retained + ffn_save
+        if none_layer > sum(worst.values()):
+            worst = {"layer_attention_bytes": resid_saved + qkv_saved + retained, "layer_ffn_bytes": ffn_save,
+                     "layer_norms_bytes": norm_save, "layer_attention_core_bytes": qkv_saved + retained}
+        attn_bwd = max(0, (est.peak_extra_bytes or 0) - retained)
+        if inputs.checkpointing == "none":
+            layer, bwd = none_layer, max(attn_bwd, ffn_grads)
+        elif inputs.checkpointing == "selective":  # attention core recomputed; q, k, v and out kept (§4.2)
+            layer = norm_save + resid_saved + z.q + z.kv + z.q + ffn_save
+            bwd = max(est.peak_extra_bytes or 0, ffn_grads)
+        else:  # full: keep each layer's input, recompute the layer during its backward
+            layer, bwd = resid_saved, none_layer + max(attn_bwd, ffn_grads)
+        stored += layer * a.layers
+        transient = max(transient, bwd)
+    rows = b * n if m.kind == "decoder" else b
+    # Loss backward: logits (dtype) + the saved fp32 log-softmax + its incoming and outgoing fp32 gradients (the
+    # fp32 copy of the logits is gone by then). Measured 14 B/logit bf16, 16 fp32 (tests/data/hf_loss_peak.csv).
+    logits_phase = z.resid + rows * z.V * (es + 12)
+    detail = {"stored_layers_bytes": stored, "backward_transient_bytes": transient,
+              "logits_phase_bytes": logits_phase, **worst}
+    return stored + max(transient, logits_phase), detail
 
 
 # --- FLOPs and time -----------------------------------------------------------------------------------------

@@ -71,10 +71,28 @@ def call_form(prefix: str = "call_") -> bool:
 
 
 def plan_form(prefix: str, presets: list[str], source: str) -> tuple[bool, object]:
-    """The planning form for one model source; returns (submitted, uploaded config file or None)."""
+    """The planning form for one model source; returns (submitted, uploaded config file or None).
+    Four short columns (model, workload, memory, hardware) keep the results above the fold."""
     uploaded = None
     with st.form("plan_form"):
-        c1, c2, c3 = st.columns(3)
+        if source == "custom":
+            st.markdown("**Model: custom architecture**")
+            a = st.columns(5)
+            with a[0]:
+                _int("layers", f"{prefix}layers")
+                _int("hidden", f"{prefix}hidden")
+            with a[1]:
+                _int("heads (query)", f"{prefix}heads")
+                _int("kv_heads", f"{prefix}kv_heads")
+            with a[2]:
+                _int("head_dim", f"{prefix}head_dim")
+                _int("ffn (intermediate size)", f"{prefix}ffn")
+            with a[3]:
+                _int("vocab", f"{prefix}vocab")
+            with a[4]:
+                st.checkbox("gated FFN (SwiGLU/GeGLU: 3 matrices)", key=f"{prefix}gated_ffn")
+                st.checkbox("tied embeddings", key=f"{prefix}tied_embeddings")
+        c1, c2, c3, c4 = st.columns(4)
         with c1:
             st.markdown("**Model**")
             if source == "preset":
@@ -82,41 +100,40 @@ def plan_form(prefix: str, presets: list[str], source: str) -> tuple[bool, objec
             elif source == "hf-config":
                 uploaded = st.file_uploader("Hugging Face config.json", type=["json"], key=f"{prefix}config_file")
             else:
-                _int("layers", f"{prefix}layers")
-                _int("hidden", f"{prefix}hidden")
-                _int("heads (query)", f"{prefix}heads")
-                _int("kv_heads", f"{prefix}kv_heads")
-                _int("head_dim", f"{prefix}head_dim")
-                _int("ffn (intermediate size)", f"{prefix}ffn")
-                _int("vocab", f"{prefix}vocab")
-                st.checkbox("gated FFN (SwiGLU/GeGLU: 3 matrices)", key=f"{prefix}gated_ffn")
-                st.checkbox("tied embeddings", key=f"{prefix}tied_embeddings")
+                st.caption("The architecture fields above.")
+            st.selectbox("mode", PLAN_MODES, key=f"{prefix}mode",
+                         help="training = one mixed-precision AdamW step; inference = prefill of n tokens + KV cache")
         with c2:
             st.markdown("**Workload**")
             _int("sequence length n (tokens)", f"{prefix}seq_len")
             _int("batch", f"{prefix}batch")
-            st.selectbox("dtype", list(DTYPE_BITS), key=f"{prefix}dtype")
-            st.selectbox("KV-cache dtype", [k for k in KV_DTYPE_BITS if k != "float32"], key=f"{prefix}kv_dtype")
-            st.selectbox("mode", PLAN_MODES, key=f"{prefix}mode",
-                         help="training = one mixed-precision AdamW step; inference = prefill of n tokens + KV cache")
-            st.selectbox("activation checkpointing", CHECKPOINTING, key=f"{prefix}checkpointing")
-            st.number_input("attention window (tokens, 0 = global)", min_value=0, step=256, key=f"{prefix}window")
             st.selectbox("attention backend", BACKENDS, key=f"{prefix}backend",
                          help="auto = what PyTorch picks; a forced backend; eager = hand-written attention")
         with c3:
+            st.markdown("**Memory**")
+            st.selectbox("dtype", list(DTYPE_BITS), key=f"{prefix}dtype")
+            st.selectbox("KV-cache dtype", [k for k in KV_DTYPE_BITS if k != "float32"], key=f"{prefix}kv_dtype")
+            st.selectbox("activation checkpointing", CHECKPOINTING, key=f"{prefix}checkpointing")
+            st.number_input("attention window (tokens, 0 = the model's own)", min_value=0, step=256,
+                            key=f"{prefix}window")
+        with c4:
             st.markdown("**Hardware**")
             gpu_select(f"{prefix}gpu")
             _int("GPUs", f"{prefix}gpus")
-            _int("tensor parallel (tp)", f"{prefix}tp")
-            _int("context parallel (cp)", f"{prefix}cp")
-            with st.expander("More: ZeRO, micro-batches, sequence parallelism, logits"):
-                st.selectbox("ZeRO stage (training)", ZERO_STAGES, key=f"{prefix}zero",
-                             help="1 shards the optimizer state over data-parallel replicas, 2 also the gradients, "
-                                  "3 also the weights")
-                st.number_input("micro-batch (training, 0 = the whole per-replica batch)", min_value=0, step=1,
-                                key=f"{prefix}micro_batch")
-                st.checkbox("sequence parallelism (training with tp > 1)", key=f"{prefix}sequence_parallel")
-                st.selectbox("logits (inference)", LOGITS, key=f"{prefix}logits",
-                             help="last = logits for the last position only; all = for every position")
+            t1, t2 = st.columns(2)
+            with t1:
+                _int("tp", f"{prefix}tp", help="tensor parallel: heads, FFN and vocabulary split tp ways")
+            with t2:
+                _int("cp", f"{prefix}cp", help="context parallel: the sequence split cp ways (ring attention)")
+        with st.expander("More: ZeRO, micro-batches, sequence parallelism, logits"):
+            m1, m2, m3, m4 = st.columns(4)
+            m1.selectbox("ZeRO stage (training)", ZERO_STAGES, key=f"{prefix}zero",
+                         help="1 shards the optimizer state over data-parallel replicas, 2 also the gradients, "
+                              "3 also the weights")
+            m2.number_input("micro-batch (training, 0 = the whole per-replica batch)", min_value=0, step=1,
+                            key=f"{prefix}micro_batch")
+            m3.checkbox("sequence parallelism (training with tp > 1)", key=f"{prefix}sequence_parallel")
+            m4.selectbox("logits (inference)", LOGITS, key=f"{prefix}logits",
+                         help="last = logits for the last position only; all = for every position")
         submitted = st.form_submit_button("Plan", type="primary")
     return submitted, uploaded

@@ -75,7 +75,7 @@ def backend_table(call: AttentionCall, gpu: GPU, *, torch_version: str = "2.11",
             "peak_extra_bytes": est.peak_extra_bytes if est.supported else None,
             "fits": bool(est.fits) if est.supported else None,
             "time (ms)": est.time_ms if est.supported else None,
-            "flops": est.flops,
+            "flops": est.flops if est.supported else None,
         })
     return pd.DataFrame(rows)
 

@@ -13,6 +13,20 @@ import numpy as np
 from estimator.config import DTYPE_BITS, AttentionCall
 
 ALLOC_GRANULE_BYTES = 512  # CUDA caching allocator: every block rounded up to 512 B (c10 kMinBlockSize)
+# c10/cuda/CUDACachingAllocator.cpp: a request of at least kMinLargeAlloc (10 MiB) gets a segment rounded up
+# to kRoundLarge (2 MiB), and a block is split only if more than kSmallSize (1 MiB) would remain; so such a
+# request whose 2-MiB round-up leaves at most 1 MiB holds (and is counted as) the whole segment.
+MIN_LARGE_ALLOC_BYTES = 10 * 2**20
+ROUND_LARGE_BYTES = 2 * 2**20
+SPLIT_REMAINDER_BYTES = 2**20
+
+
+def block_bytes(nbytes):
+    """Bytes the caching allocator counts for one request of `nbytes` (elementwise)."""
+    block = round_up(nbytes, ALLOC_GRANULE_BYTES)
+    segment = round_up(nbytes, ROUND_LARGE_BYTES)
+    whole = (nbytes >= MIN_LARGE_ALLOC_BYTES) & (segment - block <= SPLIT_REMAINDER_BYTES)
+    return np.where(whole, segment, block)
 
 
 def round_up(x, multiple):
@@ -89,7 +103,7 @@ class Calls:
 class Timeline:
     """Replays a backend's allocations and frees in order and keeps the running peak.
 
-    Sizes are rounded to the allocator's 512-B blocks; a size of 0 (a condition that does not
+    Sizes are what the caching allocator counts (`block_bytes`); a size of 0 (a condition that does not
     hold for that row) allocates nothing. Works elementwise on arrays.
     """
 
@@ -104,7 +118,7 @@ class Timeline:
         self.marks[name] = self.live
 
     def alloc(self, name: str, nbytes, when=True) -> None:
-        size = np.where(when, round_up(np.asarray(nbytes, dtype=np.int64), ALLOC_GRANULE_BYTES), 0)
+        size = np.where(when, block_bytes(np.asarray(nbytes, dtype=np.int64)), 0)
         if name in self.blocks:
             raise KeyError(f"block {name!r} allocated twice")
         self.blocks[name] = size

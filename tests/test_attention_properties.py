@@ -49,7 +49,8 @@ def test_fused_paths_are_linear_in_n(d, backend):
 def test_linear_in_batch(d, backend, k):
     one = call(d, backend=backend, dtype="bfloat16" if backend == "cudnn" else d["dtype"])
     many = dataclasses.replace(one, batch=one.batch * k)
-    assert abs(peak(many) - k * peak(one)) <= k * 64 * 1024  # 512-B rounding of a few small blocks
+    # up to 1 MiB per large block (whole 2-MiB-rounded segments) and 512 B per small one
+    assert abs(peak(many) - k * peak(one)) <= 0.02 * k * peak(one) + k * 4 * 2**20
     assert estimate_call(many, H200).flops == k * estimate_call(one, H200).flops
 
 

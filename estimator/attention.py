@@ -119,7 +119,7 @@ def estimate_call(call: AttentionCall, gpu: GPU, torch_version: str = backends.D
         peak_extra_bytes=int(cols["peak_extra_bytes"]) if supported else None,
         forward_retained_bytes=int(cols["forward_retained_bytes"]) if supported else None,
         input_bytes=int(cols["input_bytes"]), fits=bool(cols["fits"]), flops=int(cols["flops"]),
-        executed_flops=int(cols["executed_flops"]),
+        executed_flops=int(round(float(cols["executed_flops"]))),
         time_ms=float(cols["time_ms"]) if supported else None,
         scores_bytes=int(cols["scores_bytes"]), kv_bytes=int(cols["kv_bytes"]),
         error_band=ERROR_BANDS.get(backend, (0.0, 0.0)))

@@ -20,6 +20,7 @@ MODES = ("forward", "forward_backward")
 # Sizes past these are not attention calls anyone can run on one device; they are typos.
 MAX_SEQ_LEN = 1 << 24  # 16.7 M tokens
 MAX_DIM = 1 << 16
+MAX_ELEMENTS = 1 << 56  # one tensor of more elements is no workload (and would overflow int64 byte counts)
 
 
 def normalize_dtype(value: str, *, field: str = "dtype", allowed: dict[str, int] = DTYPE_BITS) -> str:
@@ -80,8 +81,10 @@ class AttentionCall:
         for field, limit in (("batch", 1 << 20), ("q_heads", 1 << 16), ("kv_heads", 1 << 16),
                              ("head_dim", MAX_DIM), ("q_len", MAX_SEQ_LEN), ("kv_len", MAX_SEQ_LEN)):
             object.__setattr__(self, field, check_positive_int(field, getattr(self, field), limit))
-        if self.batch * self.q_heads * self.q_len * self.kv_len > 1 << 56:
+        if self.batch * self.q_heads * self.q_len * self.kv_len > MAX_ELEMENTS:
             raise ValueError("q_len: batch·q_heads·q_len·kv_len is absurdly large (over 2**56 score elements)")
+        if self.batch * self.q_heads * max(self.q_len, self.kv_len) * self.head_dim > MAX_ELEMENTS:
+            raise ValueError("head_dim: batch·q_heads·seq·head_dim is absurdly large (over 2**56 elements)")
         if self.q_heads % self.kv_heads:
             raise ValueError(f"kv_heads: q_heads ({self.q_heads}) must be divisible by kv_heads ({self.kv_heads})")
         object.__setattr__(self, "dtype", normalize_dtype(self.dtype))

@@ -17,14 +17,29 @@ from estimator.shapes import Calls, cdiv, round_up
 CAUSAL_TILE = 128  # fused kernels skip key tiles above the diagonal; 128-row tiles (FA2 kBlockM) [approx]
 
 
+def exact_product(*factors):
+    """Elementwise product of integer columns, exact: int64 where it cannot overflow, Python ints otherwise."""
+    approx = np.ones(np.broadcast(*factors).shape)
+    for f in factors:
+        approx = approx * np.asarray(f, dtype=np.float64)
+    if np.all(approx < 2.0**62):
+        out = np.int64(1)
+        for f in factors:
+            out = out * np.asarray(f, dtype=np.int64)
+        return out
+    out = np.ones(np.broadcast(*factors).shape, dtype=object)
+    for f in factors:
+        out = out * np.asarray(f, dtype=np.int64).astype(object)
+    return out if isinstance(out, np.ndarray) and out.ndim else int(out)
+
+
 def counted_flops(c: Calls, backend):
     """FlopCounterMode's total for the call (forward, plus backward in forward_backward mode)."""
     d_eff = np.where(backend == "flash", round_up(c.D, 8), c.D)
-    bhls = c.B * c.Hq * c.L * c.S
     fused = np.isin(backend, ("flash", "efficient", "cudnn"))
-    fwd = 4 * bhls * d_eff
-    bwd = np.where(fused, 10 * bhls * d_eff, 8 * bhls * c.D)
-    return np.where(backend == "none", 0, fwd + np.where(c.grad, bwd, 0))
+    per_score = 4 * d_eff + np.where(c.grad, np.where(fused, 10 * d_eff, 8 * c.D), 0)
+    per_score = np.where(backend == "none", 0, per_score)
+    return exact_product(c.B, c.Hq, c.L, c.S, per_score)
 
 
 def causal_fraction(c: Calls):
@@ -34,7 +49,8 @@ def causal_fraction(c: Calls):
 
 
 def executed_flops(c: Calls, backend):
-    """FLOPs the GPU really performs: like the counter, but fused kernels skip masked causal tiles."""
-    counted = counted_flops(c, backend)
+    """FLOPs the GPU really performs (float64, an estimate): like the counter, but fused kernels skip
+    masked causal tiles."""
+    counted = np.asarray(counted_flops(c, backend), dtype=np.float64)
     fused = np.isin(backend, ("flash", "efficient", "cudnn"))
-    return np.where(fused, np.round(counted * causal_fraction(c)), counted).astype(np.int64)
+    return np.where(fused, counted * causal_fraction(c), counted)

@@ -72,6 +72,9 @@ def calls_from_frame(df: pd.DataFrame) -> tuple[Calls, np.ndarray, np.ndarray]:
     errors.add(ints["q_heads"] % ints["kv_heads"] != 0, "kv_heads: q_heads must be divisible by kv_heads")
     score = ints["batch"].astype(np.float64) * ints["q_heads"] * ints["q_len"] * ints["kv_len"]
     errors.add(score > MAX_SCORE_ELEMENTS, "q_len: batch·q_heads·q_len·kv_len is absurdly large")
+    widest = (ints["batch"].astype(np.float64) * ints["q_heads"] * np.maximum(ints["q_len"], ints["kv_len"])
+              * ints["head_dim"])
+    errors.add(widest > MAX_SCORE_ELEMENTS, "head_dim: batch·q_heads·seq·head_dim is absurdly large")
     dtype = (df["dtype"].astype(str).str.strip().str.lower().str.removeprefix("torch.")
              .replace(DTYPE_ALIASES).to_numpy(dtype=object))
     errors.add(~_isin(dtype, DTYPE_BITS), f"dtype: unknown; expected one of {', '.join(DTYPE_BITS)}")
@@ -118,8 +121,12 @@ def predict_frame(df: pd.DataFrame, gpu: str, torch_version: str = backends.DEFA
     out["peak_extra_bytes"] = pd.array(np.where(sup, cols["peak_extra_bytes"], 0), dtype="Int64")
     out.loc[~sup, "peak_extra_bytes"] = pd.NA
     out["fits"] = masked(np.where(cols["fits"], "true", "false"), ~bad)
-    out["flops"] = pd.array(cols["flops"], dtype="Int64")
-    out.loc[bad, "flops"] = pd.NA
+    flops = np.asarray(cols["flops"])
+    if flops.dtype == object:  # beyond int64: exact Python ints, written as text
+        out["flops"] = pd.array(np.where(bad, None, flops.astype(str)), dtype=object)
+    else:
+        out["flops"] = pd.array(flops, dtype="Int64")
+        out.loc[bad, "flops"] = pd.NA
     out["time_ms"] = np.where(sup, np.round(cols["time_ms"], 4), np.nan)
     if bad.any() or "error" in out.columns:
         out["error"] = errors

@@ -62,3 +62,12 @@ def test_module_entry_point(tmp_path):
                            "--gpu", "h100-sxm"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert pd.read_csv(tmp_path / "o.csv").selected_backend[0] == "cudnn"
+
+
+def test_flops_beyond_int64_stay_exact(tmp_path):
+    big = {**ROW, "batch": 8, "q_heads": 32, "kv_heads": 8, "head_dim": 256, "q_len": 1 << 22, "kv_len": 1 << 22,
+           "mode": "forward_backward"}
+    out = predict_frame(pd.DataFrame([big]), "h200")
+    exact = 8 * 32 * (1 << 22) ** 2 * 256 * 14  # fused forward 4 + backward 10 per B·H·L·S·D
+    assert exact > 2**63 and int(out.flops[0]) == exact
+    assert out.fits[0] == "false"

@@ -12,8 +12,11 @@ import torch
 
 
 def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, attn_mask: torch.Tensor | None = None,
-                    dropout_p: float = 0.0, is_causal: bool = False) -> torch.Tensor:
-    """softmax(q kᵀ / sqrt(D) + mask) v for q (B, Hq, L, D), k and v (B, Hkv, S, D)."""
+                    dropout_p: float = 0.0, is_causal: bool = False, inplace_mask: bool = False) -> torch.Tensor:
+    """softmax(q kᵀ / sqrt(D) + mask) v for q (B, Hq, L, D), k and v (B, Hkv, S, D).
+
+    `inplace_mask=True` is seed 004's one-line fix (`masked_fill_`, inference only: it breaks autograd);
+    the contract's `eager` backend is the default, out-of-place version."""
     q_heads, kv_heads = q.shape[1], k.shape[1]
     if q_heads != kv_heads:
         k = k.repeat_interleave(q_heads // kv_heads, dim=1)  # real copies, (B, Hq, S, D)
@@ -21,7 +24,10 @@ def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, attn_m
     scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5  # (B, Hq, L, S) in the input dtype
     if is_causal:
         future = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).triu(1)
-        scores = scores.masked_fill(future, float("-inf"))  # out of place: one more (B, Hq, L, S)
+        if inplace_mask:
+            scores.masked_fill_(future, float("-inf"))
+        else:
+            scores = scores.masked_fill(future, float("-inf"))  # out of place: one more (B, Hq, L, S)
     if attn_mask is not None:
         if attn_mask.dtype == torch.bool:
             scores = scores.masked_fill(~attn_mask, float("-inf"))

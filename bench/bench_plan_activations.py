@@ -6,6 +6,7 @@ training activations (the Korthikanti et al. 2022 terms generalised to RMSNorm, 
 
     python bench/bench_plan_activations.py --inference --out tests/data/hf_layer_inference_peak.csv
     python bench/bench_plan_activations.py --loss --out tests/data/hf_loss_peak.csv
+    python bench/bench_plan_activations.py --model --out tests/data/hf_model_prefill_peak.csv
 
 Runs on the CPU in bf16 (saved tensors do not depend on the device, except inside the attention kernel).
 Walks the autograd graph after one layer's forward and sums the storages that nodes saved, each storage once,
@@ -121,6 +122,46 @@ def inference_peak(*shape, backend: str = "default") -> int:
     return peak
 
 
+MODEL_CASES = [  # name, layers, batch, seq_len, hidden, q_heads, kv_heads, head_dim, ffn, vocab, SDPA backend
+    ("ffn-bound", 4, 2, 128, 512, 8, 2, 64, 2048, 1000, "default"),
+    ("math-bound", 3, 1, 1024, 256, 4, 4, 64, 512, 1000, "math"),
+    ("mqa-vocab", 2, 2, 64, 256, 4, 1, 64, 1024, 32000, "default"),
+]
+
+
+def model_prefill_peak(layers, batch, seq_len, hidden, q_heads, kv_heads, head_dim, ffn, vocab, backend) -> int:
+    """Peak live bytes above the weights of a whole LlamaForCausalLM prefill under no_grad that keeps its KV
+    cache (DynamicCache) and computes the logits of the last position (`logits_to_keep=1`, as generate does)."""
+    import contextlib
+
+    import torch
+    from torch.autograd import DeviceType
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=hidden, num_attention_heads=q_heads, num_key_value_heads=kv_heads,
+                      head_dim=head_dim, intermediate_size=ffn, num_hidden_layers=layers, vocab_size=vocab)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    ids = torch.randint(0, vocab, (batch, seq_len))
+    forced = sdpa_kernel([SDPBackend.MATH]) if backend == "math" else contextlib.nullcontext()
+    with torch.no_grad(), forced:
+        out = model(input_ids=ids, use_cache=True, logits_to_keep=1)  # warm-up
+        del out
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        del out  # the cache stayed alive to the end of the measured call
+    events = [e for e in prof.profiler.kineto_results.events()
+              if e.name() == "[memory]" and e.device_type() == DeviceType.CPU]
+    live = peak = 0
+    for event in sorted(events, key=lambda e: e.start_ns()):
+        live += event.nbytes()
+        peak = max(peak, live)
+    return peak
+
+
 LOSS_CASES = [  # keep_output: the loop holds the model output (and so the logits) during backward
     ("bf16-keep", 2, 256, 32000, 64, "bfloat16", True), ("fp32-keep", 2, 256, 32000, 64, "float32", True),
     ("bf16-drop", 2, 256, 32000, 64, "bfloat16", False), ("fp32-drop", 2, 256, 32000, 64, "float32", False),
@@ -168,10 +209,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="hf_layer_saved_bytes.csv")
     parser.add_argument("--inference", action="store_true", help="peak of a no-grad forward instead")
     parser.add_argument("--loss", action="store_true", help="peak of forward + loss + backward, logits-bound")
+    parser.add_argument("--model", action="store_true", help="peak of a whole-model prefill keeping the KV cache")
     args = parser.parse_args(argv)
     import torch
     import transformers
 
+    if args.model:
+        torch.set_num_threads(2)
+        with open(args.out, "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["case", "layers", "batch", "seq_len", "hidden", "q_heads", "kv_heads", "head_dim", "ffn",
+                             "vocab", "sdpa_backend", "dtype", "peak_extra_bytes", "torch", "transformers", "device",
+                             "command"])
+            for case in MODEL_CASES:
+                peak = model_prefill_peak(*case[1:])
+                writer.writerow([*case, "bfloat16", peak, torch.__version__, transformers.__version__, "cpu",
+                                 "python bench/bench_plan_activations.py --model "
+                                 "--out tests/data/hf_model_prefill_peak.csv"])
+                print(case[0], peak)
+        return 0
     if args.loss:
         torch.set_num_threads(2)
         with open(args.out, "w", newline="") as handle:

@@ -396,8 +396,19 @@ def _inference_activations(inputs: PlanInputs, attn: list[_LayerAttention], z: _
     ffn_phase = 3 * z.resid + (3 if m.gated_ffn else 2) * z.b * z.n * z.F * z.es
     rows = z.b * (z.n if inputs.logits == "all" and m.kind == "decoder" else 1)
     logits_phase = z.resid + rows * z.V * (z.es + 4)  # logits in dtype, then .float() (HF generate)
-    detail = {"attention_phase_bytes": attn_phase, "ffn_phase_bytes": ffn_phase, "logits_phase_bytes": logits_phase}
-    return max(detail.values()), detail
+    model_level = _model_level_bytes(inputs, z)
+    detail = {"attention_phase_bytes": attn_phase, "ffn_phase_bytes": ffn_phase, "logits_phase_bytes": logits_phase,
+              "model_level_bytes": model_level}
+    return max(attn_phase + model_level, ffn_phase + model_level, logits_phase), detail
+
+
+def _model_level_bytes(inputs: PlanInputs, z: _Sizes) -> int:
+    """Alive while the layers run, outside any layer: the embedding output (HF's model forward keeps
+    `inputs_embeds` referenced) and, for decoders (RoPE assumed), the cos/sin tables (n·head_dim each) and the
+    int64 position ids. Measured on whole HF models, tests/data/hf_model_prefill_peak.csv."""
+    if inputs.model.kind != "decoder":
+        return z.resid
+    return z.resid + 2 * z.n * inputs.model.head_dim * z.es + z.n * 8
 
 
 def _training_activations(inputs: PlanInputs, attn: list[_LayerAttention], z: _Sizes) -> tuple[int, dict[str, int]]:
@@ -444,9 +455,10 @@ def _training_activations(inputs: PlanInputs, attn: list[_LayerAttention], z: _S
     # Loss backward: logits (dtype) + the saved fp32 log-softmax + its incoming and outgoing fp32 gradients (the
     # fp32 copy of the logits is gone by then). Measured 14 B/logit bf16, 16 fp32 (tests/data/hf_loss_peak.csv).
     logits_phase = z.resid + rows * z.V * (es + 12)
+    model_level = _model_level_bytes(inputs, z)
     detail = {"stored_layers_bytes": stored, "backward_transient_bytes": transient,
-              "logits_phase_bytes": logits_phase, **worst}
-    return stored + max(transient, logits_phase), detail
+              "logits_phase_bytes": logits_phase, "model_level_bytes": model_level, **worst}
+    return model_level + stored + max(transient, logits_phase), detail
 
 
 # --- FLOPs and time -----------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ training activations (the Korthikanti et al. 2022 terms generalised to RMSNorm, 
     python bench/bench_plan_activations.py --inference --out tests/data/hf_layer_inference_peak.csv
     python bench/bench_plan_activations.py --loss --out tests/data/hf_loss_peak.csv
     python bench/bench_plan_activations.py --model --out tests/data/hf_model_prefill_peak.csv
+    python bench/bench_plan_activations.py --train --out tests/data/hf_model_train_peak.csv
 
 Runs on the CPU in bf16 (saved tensors do not depend on the device, except inside the attention kernel).
 Walks the autograd graph after one layer's forward and sums the storages that nodes saved, each storage once,
@@ -162,6 +163,45 @@ def model_prefill_peak(layers, batch, seq_len, hidden, q_heads, kv_heads, head_d
     return peak
 
 
+TRAIN_CASES = [  # whole-model training step, checkpointing none, default SDPA backend (CPU flash)
+    ("ffn-bound", 4, 2, 128, 512, 8, 2, 64, 2048, 1000),
+    ("ffn-bound-wide", 4, 2, 128, 512, 8, 2, 64, 4096, 1000),
+    ("logits-bound", 2, 2, 64, 256, 4, 1, 64, 1024, 32000),
+]
+
+
+def model_train_peak(layers, batch, seq_len, hidden, q_heads, kv_heads, head_dim, ffn, vocab) -> int:
+    """Peak live bytes of forward + loss + backward of a whole LlamaForCausalLM, gradients preallocated,
+    the loop holding the model output."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=hidden, num_attention_heads=q_heads, num_key_value_heads=kv_heads,
+                      head_dim=head_dim, intermediate_size=ffn, num_hidden_layers=layers, vocab_size=vocab)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).to(torch.bfloat16).train()
+    ids = torch.randint(0, vocab, (batch, seq_len))
+
+    def step():
+        out = model(input_ids=ids, labels=ids, use_cache=False)
+        out.loss.backward()
+
+    step()
+    model.zero_grad(set_to_none=False)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    events = [e for e in prof.profiler.kineto_results.events()
+              if e.name() == "[memory]" and e.device_type() == DeviceType.CPU]
+    live = peak = 0
+    for event in sorted(events, key=lambda e: e.start_ns()):
+        live += event.nbytes()
+        peak = max(peak, live)
+    return peak
+
+
 LOSS_CASES = [  # keep_output: the loop holds the model output (and so the logits) during backward
     ("bf16-keep", 2, 256, 32000, 64, "bfloat16", True), ("fp32-keep", 2, 256, 32000, 64, "float32", True),
     ("bf16-drop", 2, 256, 32000, 64, "bfloat16", False), ("fp32-drop", 2, 256, 32000, 64, "float32", False),
@@ -210,10 +250,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inference", action="store_true", help="peak of a no-grad forward instead")
     parser.add_argument("--loss", action="store_true", help="peak of forward + loss + backward, logits-bound")
     parser.add_argument("--model", action="store_true", help="peak of a whole-model prefill keeping the KV cache")
+    parser.add_argument("--train", action="store_true", help="peak of a whole-model training step (no optimizer)")
     args = parser.parse_args(argv)
     import torch
     import transformers
 
+    if args.train:
+        torch.set_num_threads(2)
+        with open(args.out, "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["case", "layers", "batch", "seq_len", "hidden", "q_heads", "kv_heads", "head_dim", "ffn",
+                             "vocab", "dtype", "peak_extra_bytes", "torch", "transformers", "device", "command"])
+            for case in TRAIN_CASES:
+                peak = model_train_peak(*case[1:])
+                writer.writerow([*case, "bfloat16", peak, torch.__version__, transformers.__version__, "cpu",
+                                 "python bench/bench_plan_activations.py --train "
+                                 "--out tests/data/hf_model_train_peak.csv"])
+                print(case[0], peak)
+        return 0
     if args.model:
         torch.set_num_threads(2)
         with open(args.out, "w", newline="") as handle:

@@ -456,9 +456,11 @@ def _training_activations(inputs: PlanInputs, attn: list[_LayerAttention], z: _S
     # fp32 copy of the logits is gone by then). Measured 14 B/logit bf16, 16 fp32 (tests/data/hf_loss_peak.csv).
     logits_phase = z.resid + rows * z.V * (es + 12)
     model_level = _model_level_bytes(inputs, z)
+    grad_buffers = 2 * z.resid  # backward: the gradient flowing into a layer and the residual branch's
     detail = {"stored_layers_bytes": stored, "backward_transient_bytes": transient,
-              "logits_phase_bytes": logits_phase, "model_level_bytes": model_level, **worst}
-    return model_level + stored + max(transient, logits_phase), detail
+              "logits_phase_bytes": logits_phase, "model_level_bytes": model_level,
+              "gradient_buffers_bytes": grad_buffers, **worst}
+    return model_level + stored + grad_buffers + max(transient, logits_phase), detail
 
 
 # --- FLOPs and time -----------------------------------------------------------------------------------------

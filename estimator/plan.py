@@ -275,6 +275,10 @@ def _attention_layers(inputs: PlanInputs) -> list[_LayerAttention]:
         causal = m.kind == "decoder" and span == inputs.seq_len
 
         def call(q_len, kv_len, causal_flag, call_mode=mode):
+            # the estimator counts FLOPs in int64: refuse shapes whose backward count (10·B·H·L·S·D) would wrap
+            if 16 * inputs.batch_per_gpu * inputs.q_heads_per_gpu * q_len * kv_len * m.head_dim >= 2**63:
+                raise ValueError(f"seq_len: {inputs.seq_len:,} tokens at batch {inputs.batch} is past what the "
+                                 "attention estimator can count (int64 FLOPs)")
             return estimate_call(AttentionCall(
                 batch=inputs.batch_per_gpu, q_heads=inputs.q_heads_per_gpu, kv_heads=inputs.kv_heads_per_gpu,
                 head_dim=m.head_dim, q_len=q_len, kv_len=kv_len, dtype=inputs.dtype, causal=causal_flag,

@@ -412,3 +412,10 @@ def test_whole_model_training_step_is_close_to_a_measured_hf_llama(row):
                       kv_heads=n["kv_heads"], head_dim=n["head_dim"], ffn=n["ffn"], vocab=n["vocab"])
     plan = plan_budget(PlanInputs(model=model, seq_len=n["seq_len"], batch=n["batch"], gpu="h200", mode="training"))
     assert plan.activation_bytes == pytest.approx(int(row["peak_extra_bytes"]), rel=0.05)
+
+
+def test_shapes_past_int64_flop_counts_are_refused_not_wrapped():
+    with pytest.raises(ValueError, match="seq_len: 16,000,000 tokens at batch 64 is past"):
+        budget("llama-3-8b", seq_len=16_000_000, batch=64, mode="training")
+    # the solvers treat such sizes as "does not fit" instead of trusting wrapped numbers
+    assert max_seq_len(inputs("llama-3-8b", seq_len=4096, batch=64, mode="training")) < 16_000_000

@@ -124,3 +124,18 @@ def test_plan_modules_import_no_torch_or_ui():
                             cwd=Path(__file__).parent.parent, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_encoder_config_defaults_to_its_native_tokens(capsys):
+    out = run_json(capsys, "--config", str(DATA / "vit-large-patch16-224.config.json"), "--batch", "4")
+    assert out["inputs"]["seq_len"] == 197 and out["params"] == 304_326_632
+    assert out["kv_cache_bytes"] == 0 and out["decode_time_ms_per_token"] is None
+
+
+def test_seed_000_vit_document_case_runs_out_on_math_but_not_on_a_fused_kernel(capsys):
+    # seed 000 §1: a document-classification ViT at 4,096 patches OOMs in attention on the math path
+    argv = ["--preset", "vit-l-16", "--seq-len", "4097", "--batch", "32", "--mode", "training", "--gpu", "a100-80gb"]
+    math = run_json(capsys, *argv, "--backend", "math")
+    fused = run_json(capsys, *argv)
+    assert not math["fits"] and math["attention_scores_bytes"] > 0
+    assert fused["attention_scores_bytes"] == 0 and fused["total_bytes"] < math["total_bytes"] / 5

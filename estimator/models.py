@@ -143,6 +143,28 @@ class ModelSpec:
                 + self.head_params)
 
     @property
+    def matmul_params_per_layer(self) -> int:
+        """Weights that take part in a GEMM per token: q, k, v, o and the FFN matrices (no biases or norms)."""
+        attention = self.hidden * (self.q_dim + 2 * self.kv_dim) + self.q_dim * self.hidden
+        return attention + (3 if self.gated_ffn else 2) * self.hidden * self.ffn
+
+    def params_per_gpu(self, tp: int = 1) -> int:
+        """Parameters one GPU holds under tensor parallelism tp (Megatron-LM layout, Shoeybi et al. 2019): q/k/v
+        and FFN-up columns, o and FFN-down rows and the vocabulary split tp ways; kv heads copied when tp exceeds
+        kv_heads; norms, row-parallel biases and encoder patch/position embeddings replicated. tp=1: params."""
+        hq, hk, F = self.q_heads // tp, max(1, self.kv_heads // tp), -(-self.ffn // tp)
+        attn = self.hidden * (hq + 2 * hk) * self.head_dim + hq * self.head_dim * self.hidden
+        attn += self.qkv_bias * (hq + 2 * hk) * self.head_dim + self.out_bias * self.hidden
+        mats = 3 if self.gated_ffn else 2
+        ffn = mats * self.hidden * F + self.mlp_bias * (F * (mats - 1) + self.hidden)
+        layer = attn + ffn + self.norms_per_layer * self.norm_params
+        if self.kind == "encoder":
+            ends = self.embedding_params + self.head_params
+        else:
+            ends = -(-self.vocab // tp) * self.hidden * (1 if self.tied_embeddings else 2)
+        return ends + self.layers * layer + self.norm_params
+
+    @property
     def windowed(self) -> bool:
         return any(w is not None for w in self.window_per_layer)
 

@@ -214,26 +214,13 @@ def make_plan(inputs: PlanInputs, *, solve: bool = True) -> Plan:
 # --- parameters and weights --------------------------------------------------------------------------------
 
 def matmul_params_per_layer(m: ModelSpec) -> int:
-    """Weights that take part in a GEMM per token (q, k, v, o, FFN matrices; no biases or norms)."""
-    return m.hidden * (m.q_dim + 2 * m.kv_dim) + m.q_dim * m.hidden + (3 if m.gated_ffn else 2) * m.hidden * m.ffn
+    """Weights that take part in a GEMM per token (ModelSpec.matmul_params_per_layer)."""
+    return m.matmul_params_per_layer
 
 
 def params_per_gpu(inputs: PlanInputs) -> int:
-    """Parameters one GPU holds under tensor parallelism (Megatron-LM layout, Shoeybi et al. 2019): q/k/v and
-    FFN-up columns, o and FFN-down rows and the vocabulary split tp ways; kv heads copied when tp > kv_heads;
-    norms, row-parallel biases and encoder patch/position embeddings replicated. Equals model.params at tp=1."""
-    m, tp = inputs.model, inputs.tp
-    hq, hk, F = inputs.q_heads_per_gpu, inputs.kv_heads_per_gpu, ceil_div(m.ffn, tp)
-    attn = m.hidden * (hq + 2 * hk) * m.head_dim + hq * m.head_dim * m.hidden
-    attn += m.qkv_bias * (hq + 2 * hk) * m.head_dim + m.out_bias * m.hidden
-    mats = 3 if m.gated_ffn else 2
-    ffn = mats * m.hidden * F + m.mlp_bias * (F * (mats - 1) + m.hidden)
-    layer = attn + ffn + m.norms_per_layer * m.norm_params
-    if m.kind == "encoder":
-        ends = m.embedding_params + m.head_params
-    else:
-        ends = ceil_div(m.vocab, tp) * m.hidden * (1 if m.tied_embeddings else 2)
-    return ends + m.layers * layer + m.norm_params
+    """Parameters one GPU holds under the plan's tensor parallelism (ModelSpec.params_per_gpu)."""
+    return inputs.model.params_per_gpu(inputs.tp)
 
 
 def model_state(inputs: PlanInputs) -> tuple[int, int, int]:

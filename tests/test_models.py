@@ -155,3 +155,15 @@ def test_config_values_of_the_wrong_type_are_named():
         from_hf_config({**base, "max_position_embeddings": "x"})
     qwen_like = from_hf_config({**base, "sliding_window": 8, "use_sliding_window": True, "max_window_layers": 1})
     assert qwen_like.window_per_layer == (None, 8)
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMS))
+def test_tensor_parallel_shards_cover_the_model(name):
+    spec = get_preset(name)
+    assert spec.params_per_gpu(1) == spec.params
+    for tp in (2, 4, 8):
+        if spec.q_heads % tp:
+            continue
+        shard = spec.params_per_gpu(tp)
+        assert shard < spec.params / tp * 1.2  # only norms, some biases and encoder embeddings are replicated
+        assert shard * tp >= spec.params  # copies (kv heads when tp > kv_heads, replicated parts) never lose any

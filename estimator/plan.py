@@ -35,9 +35,12 @@ KV_ALIASES = {"fp8": "float8", "e4m3": "float8", "e5m2": "float8", "float8_e4m3f
 # CUBLAS_WORKSPACE_BYTES: 32 MiB per (thread, stream) once a GEMM ran (sdpa-internals.md §0.4, measured);
 # CUDA_CONTEXT_BYTES: what PyTorch cannot hand out (context, kernel images), measured on the H200.
 # Both come from the attention estimator so that the plan and estimate_call agree.
-# Roofline efficiencies: ASSUMPTIONS, not yet calibrated on this project's measurements.
-# bench/bench_plan_gemm.py measures both on a GPU; replace these with its numbers.
+# Roofline efficiencies. GEMM: an ASSUMPTION, not yet measured by this project; bench/bench_plan_gemm.py measures
+# both on a GPU (replace these with its numbers).
 GEMM_EFFICIENCY = 0.70  # achieved / dense peak for large bf16 GEMMs (cuBLAS on A100/H100 typically 0.6-0.8)
+# HBM: the H200 calibration set's q_len-1 decode calls (validation/data/h200_calibration.csv, batch 4, 32/8 heads,
+# torch 2.11) read a 131,072-token KV cache at 0.78 (flash) to 0.87 (auto -> cuDNN) of the datasheet bandwidth;
+# shorter caches are dominated by a ~0.07 ms per-call overhead that this roofline leaves out.
 HBM_EFFICIENCY = 0.80  # achieved / datasheet bandwidth for streaming reads (decode weight + KV reads)
 
 
@@ -562,9 +565,9 @@ def _times(inputs: PlanInputs, attn: list[_LayerAttention], gpu: GPU, params_gpu
 def _assumptions(inputs: PlanInputs) -> tuple[str, ...]:
     m = inputs.model
     out = ["Bytes are per GPU; FLOPs are for the whole model (PyTorch FlopCounterMode convention).",
-           f"Times are roofline estimates: GEMM efficiency {GEMM_EFFICIENCY:.0%} of dense peak and "
-           f"{HBM_EFFICIENCY:.0%} of HBM bandwidth (assumed, not yet calibrated), attention cores from the "
-           "attention estimator; communication is not modelled.",
+           f"Times are roofline estimates: GEMM efficiency {GEMM_EFFICIENCY:.0%} of dense peak (assumed) and "
+           f"{HBM_EFFICIENCY:.0%} of HBM bandwidth (H200 decode calls measured 78-87% at a 131k cache), attention "
+           "cores from the attention estimator; communication and per-kernel launch overheads are not modelled.",
            f"Counted: a cuBLAS workspace of {CUBLAS_WORKSPACE_BYTES // 2**20} MiB per thread and the CUDA context "
            f"({CUDA_CONTEXT_BYTES:,} B, measured on an H200 with torch 2.11, assumed for every GPU); "
            "not counted: allocator fragmentation and NCCL buffers."]

@@ -419,3 +419,20 @@ def test_shapes_past_int64_flop_counts_are_refused_not_wrapped():
         budget("llama-3-8b", seq_len=16_000_000, batch=64, mode="training")
     # the solvers treat such sizes as "does not fit" instead of trusting wrapped numbers
     assert max_seq_len(inputs("llama-3-8b", seq_len=4096, batch=64, mode="training")) < 16_000_000
+
+
+def test_hbm_efficiency_lies_within_the_measured_h200_decode_calls():
+    # validation/data/h200_calibration.csv: q_len-1 calls against a 131,072-token cache (the longest measured)
+    import csv
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "validation" / "data" / "h200_calibration.csv"
+    gpu = get_gpu("h200")
+    effs = []
+    with open(path) as handle:
+        for r in csv.DictReader(handle):
+            if (r["q_len"], r["kv_len"], r["mode"], r["status"]) == ("1", "131072", "forward", "ok"):
+                kv_bytes = 2 * int(r["batch"]) * int(r["kv_heads"]) * 131072 * int(r["head_dim"]) * 2
+                effs.append(kv_bytes / (float(r["measured_time_ms"]) / 1e3) / gpu.hbm_bytes_per_s)
+    fused = [e for e in effs if e > 0.5]  # math and eager stream far more than the cache
+    assert fused and min(fused) - 0.05 <= HBM_EFFICIENCY <= max(fused)

@@ -65,6 +65,7 @@ class PlanInputs:
     logits: str = "last"  # inference: logits for the last position only, or for all positions
     sequence_parallel: bool = False  # training with tp > 1: norms and residual-stream tensors split tp ways too
     micro_batch: int | None = None  # training: sequences per replica per forward/backward (gradient accumulation)
+    persistent_grads: bool = False  # training: gradients stay allocated between steps (zero_grad(set_to_none=False))
     zero: int = 0  # training: ZeRO stage over the data-parallel replicas (1 optimizer, 2 + gradients, 3 + weights)
 
     def __post_init__(self) -> None:
@@ -87,6 +88,8 @@ class PlanInputs:
         if str(self.zero).strip() not in ("0", "1", "2", "3"):
             raise ValueError(f"zero: expected a ZeRO stage 0, 1, 2 or 3, got {self.zero!r}")
         object.__setattr__(self, "zero", int(str(self.zero).strip()))
+        if not isinstance(self.persistent_grads, bool):
+            object.__setattr__(self, "persistent_grads", parse_bool("persistent_grads", self.persistent_grads))
         if not isinstance(self.sequence_parallel, bool):
             object.__setattr__(self, "sequence_parallel", parse_bool("sequence_parallel", self.sequence_parallel))
         if self.window is not None:
@@ -196,7 +199,8 @@ class Plan:
         out["inputs"] = {k: getattr(inp, k) for k in ("seq_len", "batch", "dtype", "kv_dtype", "mode",
                                                        "checkpointing", "window", "backend", "gpu", "gpus",
                                                        "tp", "cp", "torch_version", "logits",
-                                                       "sequence_parallel", "micro_batch", "zero")}
+                                                       "sequence_parallel", "micro_batch", "zero",
+                                                       "persistent_grads")}
         out["inputs"]["model"] = inp.model.name
         out["model"] = {**asdict(inp.model), "params": inp.model.params}
         out["assumptions"] = list(self.assumptions)
@@ -329,7 +333,7 @@ def budget(inputs: PlanInputs) -> Plan:
 
     scores_live = textbook = 0
     detail: dict[str, int] = {}
-    activations = 0
+    activations, grads_live = 0, grads
     if not unsupported:
         # textbook b·h·L·S·es of what is alive at the peak: every layer's when training keeps them all
         keep_all = training and inputs.checkpointing == "none"
@@ -339,13 +343,14 @@ def budget(inputs: PlanInputs) -> Plan:
         if live:
             scores_live = sum(sb * k for sb, k in live) if keep_all else max(sb for sb, _ in live)
         if training:
-            activations, detail = _training_activations(inputs, attn, z)
+            activations, grads_live, detail = _training_peak(inputs, attn, z, grads)
         else:
             activations, detail = _inference_activations(inputs, attn, z, kv_bits)
 
     if training:
         workspace = 2 * CUBLAS_WORKSPACE_BYTES  # forward thread and autograd thread
-        components = (("weights", weights), ("gradients", grads), ("optimizer state", optimizer),
+        grads_name = "gradients" if grads_live == grads else "gradients (allocated at the peak)"
+        components = (("weights", weights), (grads_name, grads_live), ("optimizer state", optimizer),
                       ("activations", activations), ("cuBLAS workspaces", workspace),
                       ("CUDA context", CUDA_CONTEXT_BYTES))
     else:
@@ -403,6 +408,38 @@ def _model_level_bytes(inputs: PlanInputs, z: _Sizes) -> int:
     if inputs.model.kind != "decoder":
         return z.resid
     return z.resid + 2 * z.n * inputs.model.head_dim * z.es + z.n * 8
+
+
+def _training_peak(inputs: PlanInputs, attn: list[_LayerAttention], z: _Sizes,
+                   grads: int) -> tuple[int, int, dict[str, int]]:
+    """(activations, gradients allocated, detail) at the peak of a training step.
+
+    Gradients stay resident with `persistent_grads`, across micro-batches (accumulation) and under ZeRO ≥ 2
+    (sharded buffers); otherwise
+    (`zero_grad(set_to_none=True)`, PyTorch's default) they are allocated during backward, head first, layer by
+    layer, embedding last, while each layer's saved activations are freed: the peak is then the largest of the
+    loss backward (no gradients yet), the first layer's backward, the last layer's backward and the end.
+    Checked against a Hugging Face Llama on the H200 (validation/data/h200_hf_llama.csv)."""
+    m, es = inputs.model, z.es
+    activations, detail = _training_activations(inputs, attn, z)
+    if inputs.persistent_grads or inputs.accumulation_steps > 1 or inputs.zero >= 2 or grads == 0:
+        return activations, grads, detail
+    fixed = detail["model_level_bytes"] + detail["gradient_buffers_bytes"]
+    stored, transient = detail["stored_layers_bytes"], detail["backward_transient_bytes"]
+    tp = inputs.tp
+    if m.kind == "decoder":
+        head, emb = -(-m.vocab // tp) * m.hidden, (0 if m.tied_embeddings else -(-m.vocab // tp) * m.hidden)
+    else:
+        head, emb = m.head_params, m.embedding_params
+    head_grad = (head + m.norm_params) * es
+    layer_grad = max(0, grads - head_grad - emb * es) // m.layers
+    phases = [("loss", fixed + stored + detail["logits_phase_bytes"], 0),
+              ("first layer backward", fixed + stored + transient, head_grad),
+              ("last layer backward", fixed + stored // m.layers + transient,
+               head_grad + (m.layers - 1) * layer_grad),
+              ("end of backward", detail["model_level_bytes"], grads)]
+    name, act, live = max(phases, key=lambda p: p[1] + p[2])
+    return act, live, {**detail, "peak_phase_" + name.replace(" ", "_"): act + live}
 
 
 def _training_activations(inputs: PlanInputs, attn: list[_LayerAttention], z: _Sizes) -> tuple[int, dict[str, int]]:

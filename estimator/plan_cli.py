@@ -23,7 +23,7 @@ FLAG_OF = {"seq_len": "--seq-len", "batch": "--batch", "dtype": "--dtype", "kv_d
            "layers": "--layers", "hidden": "--hidden", "q_heads": "--heads", "kv_heads": "--kv-heads",
            "head_dim": "--head-dim", "ffn": "--ffn", "vocab": "--vocab", "preset": "--preset", "config": "--config",
            "torch": "--torch", "sequence_parallel": "--sequence-parallel", "zero": "--zero",
-           "micro_batch": "--micro-batch"}
+           "micro_batch": "--micro-batch", "persistent_grads": "--persistent-grads"}
 ARCH_FLAGS = {"layers": "layers", "hidden": "hidden", "heads": "q_heads", "kv_heads": "kv_heads",
               "head_dim": "head_dim", "ffn": "ffn", "vocab": "vocab"}
 
@@ -59,6 +59,8 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     hw.add_argument("--cp", default="1", help="context-parallel degree")
     work.add_argument("--micro-batch", default=None,
                       help="training: sequences per replica per pass; the rest is gradient accumulation")
+    work.add_argument("--persistent-grads", action="store_true",
+                      help="training: gradients stay allocated between steps (zero_grad(set_to_none=False))")
     hw.add_argument("--zero", default="0", help="training: ZeRO stage 0-3 over the data-parallel replicas")
     hw.add_argument("--sequence-parallel", action="store_true",
                     help="training with --tp: split norm and residual activations tp ways too (Megatron-LM)")
@@ -131,7 +133,7 @@ def inputs_from_args(args: argparse.Namespace) -> PlanInputs:
                           window=None if args.window is None else args.window, backend=args.backend,
                           gpu=args.gpu, gpus=args.gpus, tp=args.tp, cp=args.cp, torch_version=args.torch_version,
                           logits=args.logits, sequence_parallel=args.sequence_parallel, zero=args.zero,
-                          micro_batch=args.micro_batch)
+                          micro_batch=args.micro_batch, persistent_grads=args.persistent_grads)
     except ValueError as exc:
         raise _flagged(exc) from None
 

@@ -434,8 +434,8 @@ def _training_peak(inputs: PlanInputs, attn: list[_LayerAttention], z: _Sizes,
     head_grad = (head + m.norm_params) * es
     layer_grad = max(0, grads - head_grad - emb * es) // m.layers
     phases = [("loss", fixed + stored + detail["logits_phase_bytes"], 0),
-              ("first layer backward", fixed + stored + transient, head_grad),
-              ("last layer backward", fixed + stored // m.layers + transient,
+              ("top layer backward", fixed + stored + transient, head_grad),
+              ("bottom layer backward", fixed + stored // m.layers + transient,
                head_grad + (m.layers - 1) * layer_grad),
               ("end of backward", detail["model_level_bytes"], grads)]
     name, act, live = max(phases, key=lambda p: p[1] + p[2])

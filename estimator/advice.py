@@ -306,42 +306,13 @@ def _inplace_saving_bytes(call: AttentionCall) -> int:
 
 
 def eager_forward_peak_bytes(call: AttentionCall, *, inplace_fill: bool) -> int:
-    """Peak extra bytes of the eager forward under torch.no_grad(): `estimator/memory.py: eager_timeline`'s
-    forward replayed allocation by allocation, with the causal/bool mask fill out of place (validation/eager.py)
-    or in place (`masked_fill_`, seed 004). tests/test_advice_eager.py holds the out-of-place replay equal to
-    eager_timeline so the two cannot drift apart."""
-    from .shapes import Calls, Timeline
+    """Peak extra bytes of the eager forward under torch.no_grad(), with the causal/bool mask fill out of
+    place (validation/eager.py) or in place (`masked_fill_`, seed 004): `memory.eager_timeline`."""
+    from .memory import eager_timeline
+    from .shapes import Calls
 
     c = Calls.from_call(dataclasses.replace(call, mode="forward"))
-    half, drop = ~c.fp32, c.has_dropout
-    P, LS = c.B * c.Hq * c.L * c.S, c.L * c.S
-    Ps, KE, Q = P * c.es, c.B * c.Hq * c.S * c.D * c.es, c.B * c.Hq * c.L * c.D * c.es
-    new_scores = c.mask_float | ((c.causal | c.mask_bool) & (not inplace_fill))
-    t = Timeline()
-    t.alloc("k_rep", KE, c.gqa)
-    t.alloc("v_rep", KE, c.gqa)
-    t.alloc("qk", Ps)
-    t.alloc("scores", Ps)  # * D**-0.5
-    t.free("qk")
-    t.alloc("ones", LS, c.causal)
-    t.alloc("triu", LS, c.causal)
-    t.free("ones")
-    t.alloc("not_mask", c.B * LS, c.mask_bool)
-    t.alloc("scores2", Ps, new_scores)  # out-of-place masked_fill / + mask
-    t.free("not_mask")
-    t.free_if(new_scores, "scores")
-    t.alloc("s32", P * 4, half)
-    t.alloc("sm", P * 4)
-    t.free("s32")
-    t.alloc("p", Ps, half)
-    t.free_if(half, "sm")
-    t.alloc("drop_mask", P, drop)
-    t.alloc("p_drop", Ps, drop)
-    t.free("drop_mask")
-    t.free_if(drop & half, "p")
-    t.free_if(drop & ~half, "sm")
-    t.alloc("out", Q)
-    return int(t.peak)
+    return int(eager_timeline(c, inplace_fill=inplace_fill).peak)
 
 
 def rule_fused(ctx: _Context) -> list[Advice]:

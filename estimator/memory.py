@@ -108,8 +108,10 @@ def math_timeline(c: Calls) -> Timeline:
     return t
 
 
-def eager_timeline(c: Calls) -> Timeline:
-    """The project's hand-written attention (validation/eager.py), op by op, and its autograd backward."""
+def eager_timeline(c: Calls, inplace_fill: bool = False) -> Timeline:
+    """The project's hand-written attention (validation/eager.py), op by op, and its autograd backward.
+    `inplace_fill`: seed 004's `masked_fill_` (forward only; in-place breaks autograd). Measured on the H200
+    (validation/data/h200_inplace_masked_fill.csv): the same peak, one kernel fewer."""
     t, g, half, d = Timeline(), c.grad, ~c.fp32, c.has_dropout
     P, Q, K, KE = _sizes(c)
     LS, Ps = c.L * c.S, P * c.es
@@ -123,9 +125,10 @@ def eager_timeline(c: Calls) -> Timeline:
     t.alloc("triu", LS, c.causal)  # saved by masked_fill under grad
     t.free("ones")
     t.alloc("not_mask", c.B * LS, c.mask_bool)  # ~mask, saved by masked_fill under grad
-    t.alloc("scores2", Ps, masked_fill | c.mask_float)  # out-of-place masked_fill / + mask
+    new_scores = c.mask_float | (masked_fill & (not inplace_fill))
+    t.alloc("scores2", Ps, new_scores)  # out-of-place masked_fill / + mask
     t.free_if(~g, "not_mask")
-    t.free_if(masked_fill | c.mask_float, "scores")
+    t.free_if(new_scores, "scores")
     t.alloc("s32", P * 4, half)  # scores.float()
     t.alloc("sm", P * 4)  # softmax, saved under grad
     t.free("s32")

@@ -115,3 +115,13 @@ def test_committed_h200_measurements_within_tolerance(name):
     assert (p.selected_backend[auto] == d.ran_backend[auto]).all()
     counted = ok & (d.torch_flops != "")
     assert (pd.to_numeric(p.flops[counted]) == pd.to_numeric(d.torch_flops[counted])).all()
+
+
+@pytest.mark.parametrize("dtype, measured", [("bfloat16", 5_385_486_336), ("float32", 4_378_853_376)])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_eager_masked_fill_in_place_measured(dtype, measured, inplace):
+    # validation/data/h200_inplace_masked_fill.csv: B1 H32 L=S=4096 D128 causal, forward, both fills
+    from estimator.advice import eager_forward_peak_bytes
+    call = AttentionCall(batch=1, q_heads=32, kv_heads=32, head_dim=128, q_len=4096, kv_len=4096, dtype=dtype,
+                         causal=True, backend="eager")
+    assert eager_forward_peak_bytes(call, inplace_fill=inplace) == measured

@@ -13,7 +13,6 @@ CUDA context, which max_memory_allocated does not see). The optimizer state is h
 from __future__ import annotations
 
 import argparse
-import csv
 import gc
 import json
 import tempfile
@@ -23,6 +22,7 @@ import torch
 from estimator.attention import CUDA_CONTEXT_BYTES
 from estimator.plan import make_plan
 from estimator.plan_cli import build_parser, inputs_from_args
+from validation.grid import write_csv
 
 
 def plan_bytes(config_path: str, seq_len: int, batch: int, mode: str, backend: str) -> int:
@@ -100,10 +100,7 @@ def main(argv=None) -> int:
         del model
         gc.collect()
         torch.cuda.empty_cache()
-    with open(args.out, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(rows, args.out)
     return 0
 
 

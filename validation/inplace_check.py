@@ -7,11 +7,11 @@ python -m validation.inplace_check [--out OUT.csv]
 from __future__ import annotations
 
 import argparse
-import csv
 
 import torch
 
 from validation.eager import eager_attention
+from validation.grid import write_csv
 
 SHAPES = [dict(batch=1, q_heads=32, seq=4096, head_dim=128, dtype=torch.bfloat16),
           dict(batch=1, q_heads=32, seq=4096, head_dim=128, dtype=torch.float32)]
@@ -50,10 +50,7 @@ def main(argv=None) -> int:
                          "cuda_events": kernels, "torch": torch.__version__})
             print(rows[-1], flush=True)
     if args.out:
-        with open(args.out, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(rows, args.out)
     return 0
 
 

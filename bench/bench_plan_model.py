@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                          head_dim=head_dim, ffn=ffn, vocab=vocab)
         common = dict(model=spec, seq_len=seq_len, batch=batch, gpu=args.gpu, backend=backend)
         infer = budget(PlanInputs(**common))
-        train = budget(PlanInputs(**common, mode="training"))
+        train = budget(PlanInputs(**common, mode="training", persistent_grads=True))  # gradients preallocated
         row = {"case": name, "device": device, "device_name": torch.cuda.get_device_name() if device == "cuda" else
                "cpu", "torch": torch.__version__, "backend": backend, "plan_backend": infer.selected_backend,
                **measured, "plan_prefill_bytes": infer.kv_cache_bytes + infer.activation_bytes,

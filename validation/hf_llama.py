@@ -61,7 +61,8 @@ def main(argv=None) -> int:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--out", required=True)
     parser.add_argument("--cases", default="inference:eager:4096,inference:eager:16384,training:eager:2048,"
-                                           "training:eager:4096,inference:sdpa:16384,training:sdpa:8192")
+                                           "training:eager:4096,inference:sdpa:16384,training:sdpa:8192",
+                        help="mode:attn_implementation:seq_len[:batch], comma-separated")
     args = parser.parse_args(argv)
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -80,8 +81,8 @@ def main(argv=None) -> int:
         model = LlamaForCausalLM._from_config(config, attn_implementation=impl, torch_dtype=torch.bfloat16).cuda()
         measure(model, 128, 1, "training", cfg["vocab_size"])  # warm-up: cuBLAS workspaces of both threads
         measure(model, 128, 1, "inference", cfg["vocab_size"])
-        for mode, _, seq in cases:
-            seq_len, batch = int(seq), 1
+        for mode, _, seq, *rest in cases:
+            seq_len, batch = int(seq), int(rest[0]) if rest else 1
             try:
                 measured = measure(model, seq_len, batch, mode, cfg["vocab_size"])
                 status = "ok"

@@ -1,0 +1,139 @@
+"""FLOPs and roofline time of a whole-model plan (split out of plan.py): prefill, decode per token and the
+training step, and the attention / FFN / embedding shares. Pure arithmetic over the plan's inputs and the
+attention estimator's per-layer estimates."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .config import DTYPE_BITS
+from .hardware import GPU
+
+if TYPE_CHECKING:
+    from .plan import PlanInputs, _LayerAttention
+
+# Roofline efficiencies. GEMM: median achieved / dense peak of Llama-3-8B-shaped bf16 GEMMs on the H200, 0.689
+# over 20 shapes (0.37 at 512 tokens to 0.78 at 32k; validation/data/h200_bench_plan_gemm.csv,
+# `python bench/bench_plan_gemm.py --preset llama-3-8b --gpu h200`).
+GEMM_EFFICIENCY = 0.70  # achieved / dense peak for large bf16 GEMMs
+# HBM: the H200 calibration set's q_len-1 decode calls (validation/data/h200_calibration.csv, batch 4, 32/8 heads,
+# torch 2.11) read a 131,072-token KV cache at 0.78 (flash) to 0.87 (auto -> cuDNN) of the datasheet bandwidth;
+# shorter caches are dominated by a ~0.07 ms per-call overhead that this roofline leaves out.
+HBM_EFFICIENCY = 0.80  # achieved / datasheet bandwidth for streaming reads (decode weight + KV reads)
+
+
+# --- FLOPs and time -----------------------------------------------------------------------------------------
+
+def plan_flops(inputs: PlanInputs, attn: list[_LayerAttention], *, unsupported: bool) -> dict:
+    """Whole-model FLOPs, PyTorch FlopCounterMode convention (2 per multiply-add; attention 4·B·H·L·S·D per
+    layer, causal not halved). `forward_executed` scales each layer's attention by the estimator's
+    executed/counted ratio (fused kernels skip masked causal tiles). Training step = 3 × forward
+    (Narayanan et al. 2021, eq. 3) + one more forward under full recompute (+ the attention core under selective)."""
+    m, B, N = inputs.model, inputs.batch, inputs.seq_len
+    attn_mat = m.hidden * (m.q_dim + 2 * m.kv_dim) + m.q_dim * m.hidden
+    ffn_mat = (3 if m.gated_ffn else 2) * m.hidden * m.ffn
+    proj = 2 * attn_mat * m.layers * B * N
+    ffn = 2 * ffn_mat * m.layers * B * N
+    core = sum(a.layers * 4 * B * m.q_heads * N * a.span * m.head_dim for a in attn)
+    executed = 0.0
+    for a in attn:
+        counted = a.timing.flops if not unsupported else 0
+        ratio = a.timing.executed_flops / counted if counted else 1.0
+        executed += a.layers * 4 * B * m.q_heads * N * a.span * m.head_dim * ratio
+    if m.kind == "decoder":
+        rows = B * N if (inputs.mode == "training" or inputs.logits == "all") else B
+        embed = 2 * m.hidden * m.vocab * rows  # LM head; the embedding lookup does no FLOPs
+    else:  # patch conv over the patches, classifier head over the class token
+        embed = 2 * m.channels * m.patch_size**2 * m.hidden * B * max(N - 1, 0) + 2 * m.hidden * m.vocab * B
+    forward = proj + ffn + core + embed
+    step = forward
+    if inputs.mode == "training":
+        step = 3 * forward + (forward if inputs.checkpointing == "full" else 0)
+        step += core if inputs.checkpointing == "selective" else 0
+    decode = None
+    if m.kind == "decoder":  # one new token of one sequence, attending over a cache of min(N, window) tokens
+        decode = (2 * (attn_mat + ffn_mat) * m.layers + 2 * m.hidden * m.vocab
+                  + sum(a.layers * 4 * m.q_heads * a.span * m.head_dim for a in attn))
+    shares = {"attention": safe_share(proj + core, forward), "attention_core": safe_share(core, forward),
+              "ffn": safe_share(ffn, forward), "embedding": safe_share(embed, forward)}
+    return {"forward": forward, "forward_executed": proj + ffn + round(executed) + embed, "step": step,
+            "decode": decode, "shares": shares}
+
+
+def plan_times(inputs: PlanInputs, attn: list[_LayerAttention], gpu: GPU, params_gpu: int, weights: int,
+           kv_cache: int, flops: dict, *, unsupported: bool) -> dict:
+    """Per-GPU wall time (ms), an ESTIMATE: GEMMs and memory-bound passes by roofline,
+    t = max(FLOPs / (peak·GEMM_EFFICIENCY), bytes / (HBM bandwidth·HBM_EFFICIENCY)), attention cores from
+    estimate_call's time_ms (÷ cp: a load-balanced ring splits the work evenly). Decode is bandwidth-bound:
+    weights + KV cache read once per step. Communication (TP all-reduce, CP ring) is not modelled."""
+    m = inputs.model
+    es = element_bytes(inputs.dtype)
+    peak = gpu.peak_flops_per_s[inputs.dtype] * GEMM_EFFICIENCY
+    bw = gpu.hbm_bytes_per_s * HBM_EFFICIENCY
+    b, n, H, tp = inputs.batch_per_gpu, inputs.tokens_per_gpu, m.hidden, inputs.tp
+    hq, hk, d, F = inputs.q_heads_per_gpu, inputs.kv_heads_per_gpu, m.head_dim, ceil_div(m.ffn, tp)
+    V = ceil_div(m.vocab, tp) if m.kind == "decoder" else m.vocab
+    T = b * n  # tokens on this GPU
+
+    def roof_ms(flop_count: float, byte_count: float) -> float:
+        return max(flop_count / peak, byte_count / bw) * 1e3
+
+    attn_mat = H * (hq + 2 * hk) * d + hq * d * H
+    ffn_mat = (3 if m.gated_ffn else 2) * H * F
+    proj_ms = m.layers * roof_ms(2 * attn_mat * T, (attn_mat + T * (2 * H + 2 * (hq + hk) * d)) * es)
+    act_passes = 3 if m.gated_ffn else 2  # act(gate)·up: read 2, write 1; GELU: read 1, write 1
+    ffn_ms = m.layers * (roof_ms(2 * ffn_mat * T, (ffn_mat + T * (2 * H + act_passes * F)) * es)
+                         + act_passes * T * F * es / bw * 1e3)
+    # norms (read + write) and two residual adds (read 2, write 1) per layer, memory-bound
+    other_ms = m.layers * (2 * m.norms_per_layer + 6) * T * H * es / bw * 1e3
+
+    def core_ms(which: str) -> float:
+        if unsupported:
+            return 0.0
+        return sum(a.layers * (getattr(a, which).time_ms or 0.0) for a in attn) / inputs.cp
+
+    if m.kind == "decoder":
+        rows = T if (inputs.mode == "training" or inputs.logits == "all") else b
+        embed_ms = 2 * T * H * es / bw * 1e3 + roof_ms(2 * H * V * rows, H * V * es + rows * V * (es + 4))
+    else:
+        conv = m.channels * m.patch_size**2 * H
+        embed_ms = roof_ms(2 * conv * T, conv * es + T * H * es) + roof_ms(2 * H * V * b, H * V * es)
+    if inputs.mode == "inference":
+        core = core_ms("timing")
+        forward_ms = step_ms = proj_ms + ffn_ms + core + other_ms + embed_ms
+        parts = {"attention": proj_ms + core, "ffn": ffn_ms, "embedding": embed_ms}
+    else:
+        core_fwd, core_fb = core_ms("forward_timing"), core_ms("timing")
+        forward_ms = proj_ms + ffn_ms + core_fwd + other_ms + embed_ms
+        recompute = {"none": 0.0, "selective": core_fwd, "full": proj_ms + ffn_ms + core_fwd + other_ms}
+        adamw_ms = params_gpu * (2 * es + (24 if es < 4 else 16)) / bw * 1e3  # fused AdamW: read and write state
+        k = inputs.accumulation_steps  # micro-batches per step; the optimizer runs once
+        forward_ms *= k
+        step_ms = k * (3 * (proj_ms + ffn_ms + other_ms + embed_ms) + core_fb + recompute[inputs.checkpointing])
+        step_ms += adamw_ms
+        full = inputs.checkpointing == "full"
+        attention_ms = (3 + full) * proj_ms + core_fb + (core_fwd if inputs.checkpointing != "none" else 0)
+        parts = {"attention": k * attention_ms, "ffn": k * (3 + full) * ffn_ms, "embedding": k * 3 * embed_ms}
+    decode_ms = decode_tps = None
+    if m.kind == "decoder" and inputs.mode == "inference":
+        decode_gpu_flops = b * (2 * (m.layers * (attn_mat + ffn_mat) + H * V)
+                                + sum(a.layers * 4 * hq * ceil_div(a.span, inputs.cp) * d for a in attn))
+        decode_ms = roof_ms(decode_gpu_flops, weights + kv_cache + b * V * (es + 4))
+        decode_tps = inputs.batch / (decode_ms / 1e3)
+    shares = {k: safe_share(v, step_ms) for k, v in parts.items()}
+    return {"prefill_time_ms": forward_ms, "step_time_ms": step_ms, "decode_time_ms_per_token": decode_ms,
+            "prefill_tokens_per_s": inputs.batch * inputs.seq_len / (forward_ms / 1e3) if forward_ms else 0.0,
+            "decode_tokens_per_s": decode_tps, "attention_share": shares["attention"], "ffn_share": shares["ffn"],
+            "embedding_share": shares["embedding"], "other_share": max(0.0, 1.0 - sum(shares.values()))}
+
+
+def element_bytes(dtype: str) -> int:
+    return DTYPE_BITS[dtype] // 8
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def safe_share(part: float, total: float) -> float:
+    return 0.0 if total <= 0 else part / total

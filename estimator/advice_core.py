@@ -1,0 +1,196 @@
+"""The advisor's vocabulary: the `Advice` record, the per-plan context that asks the plan and the estimator,
+and the helpers that turn a before/after pair into an advice item (see estimator/advice.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .config import AttentionCall
+from .decision_tree import ADVICE_ORDER
+from .hardware import get_gpu
+
+FUSED = ("cudnn", "flash", "efficient")
+ATTENTION_BOTTLENECK_SHARE = 0.40  # seed 000 §4: "profile 确认 attention >40% forward 再投入"
+# Trigger thresholds below are JUDGEMENTS of this project (no source gives them); tests pin their behaviour.
+KV_DOMINATES_SHARE = 0.30  # KV bytes / (KV + weights) bytes read per decode step at which the cache matters
+KV_SEQUENCE_SHARE = 0.05  # one sequence's KV cache above 5% of the GPU limits concurrency
+KV_QUANT_DTYPE = "int8"  # the KV dtype the quantization advice re-runs the plan with (payload only, no scales)
+TP_STATE_SHARE = 0.5  # over budget at batch 1 with the model state above half the GPU: shard the weights first
+
+
+@dataclass(frozen=True, kw_only=True)
+class Advice:
+    """One recommendation: `why` holds the numbers that triggered it, `expected_effect` the re-run estimate."""
+
+    id: str
+    title: str
+    why: str
+    expected_effect: str
+    change: tuple[tuple[str, object], ...] = ()  # what was changed to compute the effect, e.g. (("backend", "auto"),)
+    bytes_metric: str = "total_bytes per GPU"
+    bytes_before: int | None = None
+    bytes_after: int | None = None
+    time_metric: str = ""
+    time_ms_before: float | None = None
+    time_ms_after: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.id not in ADVICE_ORDER:
+            raise ValueError(f"id: {self.id!r} is not a node of the decision tree")
+        for field in ("bytes_before", "bytes_after"):
+            value = getattr(self, field)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise ValueError(f"{field}: expected a non-negative int of bytes, got {value!r}")
+
+    def to_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["change"] = {k: _plain(v) for k, v in self.change}
+        return out
+
+
+def _plain(value):
+    """JSON-friendly form of a changed value (a ModelSpec becomes its name and changed head counts)."""
+    if dataclasses.is_dataclass(value):
+        return {"name": value.name, "q_heads": value.q_heads, "kv_heads": value.kv_heads,
+                "head_dim": value.head_dim}
+    return value
+
+
+def gib(n_bytes: int | float | None) -> str:
+    """Bytes as GiB (2**30) text; MiB below 1 GiB."""
+    if n_bytes is None:
+        return "n/a"
+    if abs(n_bytes) < 2**30:
+        return f"{n_bytes / 2**20:,.1f} MiB"
+    return f"{n_bytes / 2**30:,.2f} GiB"
+
+
+def ms(time_ms: float | None) -> str:
+    if time_ms is None:
+        return "n/a"
+    return f"{time_ms:,.1f} ms" if time_ms >= 1 else f"{time_ms:,.3f} ms"
+
+
+# --- what the plan and the estimator are asked ----------------------------------------------------------------
+
+
+def attention_call(inputs, **changes) -> AttentionCall:
+    """The attention call that one GPU runs for the plan's widest layer, as `plan.py` models it: batch per replica,
+    heads split by tp; a global layer is (seq_len × seq_len), causal for decoders; a windowed layer a dense
+    (seq_len × min(seq_len, w)) band; under context parallel one (seq_len/cp)² ring block, not causal.
+    Forward for inference, forward_backward for training. `changes` override fields."""
+    windows = inputs.windows
+    span = inputs.seq_len if None in windows else min(inputs.seq_len, max(windows))
+    q_len, kv_len = inputs.seq_len, span
+    causal = inputs.model.kind == "decoder" and span == inputs.seq_len
+    if inputs.cp > 1:
+        q_len, kv_len, causal = inputs.tokens_per_gpu, min(span, inputs.tokens_per_gpu), False
+    fields = dict(batch=inputs.batch_per_gpu, q_heads=inputs.q_heads_per_gpu, kv_heads=inputs.kv_heads_per_gpu,
+                  head_dim=inputs.model.head_dim, q_len=q_len, kv_len=kv_len, dtype=inputs.dtype, causal=causal,
+                  mask="none", mode="forward_backward" if inputs.mode == "training" else "forward",
+                  backend=inputs.backend)
+    fields.update(changes)
+    return AttentionCall(**fields)
+
+
+class _Context:
+    """The base plan and memoised re-runs of the estimator with one change applied."""
+
+    def __init__(self, inputs, make_plan, estimate_call, torch_version: str, mask: str, cached_len: int):
+        self.inputs = inputs
+        self.gpu = get_gpu(inputs.gpu)
+        self._make_plan, self._estimate = make_plan, estimate_call
+        self.torch_version = torch_version
+        self._plans: dict = {}
+        self.base = self.plan(solve=True)
+        if self.base is None:
+            raise ValueError("inputs: the plan cannot be computed for these inputs")
+        # SDPA refuses is_causal together with attn_mask: a given dense mask replaces the causal flag
+        self.call = attention_call(inputs, mask=mask, **({"causal": False} if mask != "none" else {}))
+        self.decoder = inputs.model.kind == "decoder"
+        if cached_len:
+            if not 0 < cached_len < self.call.kv_len:
+                raise ValueError(f"cached_len: must be between 0 and seq_len per GPU ({self.call.kv_len}), "
+                                 f"got {cached_len}")
+            self.call = dataclasses.replace(self.call, q_len=self.call.kv_len - cached_len)
+        self.est = self.estimate(self.call)
+        self.training = inputs.mode == "training"
+        self.sharded: dict = {}  # the tensor-parallel change, once advised: later effects are also shown with it
+
+    def plan(self, solve: bool = False, **changes) -> dict | None:
+        """`make_plan(replace(inputs, **changes), solve=solve).to_dict()`, or None when the change is not a valid
+        plan. `solve` also fills max_batch and max_seq_len (about 50 more budget evaluations)."""
+        key = (solve, tuple(sorted((k, repr(v)) for k, v in changes.items())))
+        if key not in self._plans:
+            try:
+                plan = self._make_plan(dataclasses.replace(self.inputs, **changes), solve=solve)
+                self._plans[key] = plan.to_dict()
+            except ValueError:
+                self._plans[key] = None
+        return self._plans[key]
+
+    def estimate(self, call: AttentionCall, gpu=None):
+        return self._estimate(call, gpu or self.gpu, self.torch_version)
+
+    def time_ms(self, plan: dict) -> float:
+        """The time the advice compares: one training step, or the prefill."""
+        if self.training and plan.get("step_time_ms") is not None:
+            return float(plan["step_time_ms"])
+        return float(plan["prefill_time_ms"])
+
+    @property
+    def time_metric(self) -> str:
+        return "step_time_ms" if self.training and "step_time_ms" in self.base else "prefill_time_ms"
+
+    def selected(self) -> str:
+        """The backend the layer's attention runs: eager as asked, else what the estimator selects."""
+        return "eager" if self.call.backend == "eager" else self.est.selected_backend
+
+    def model_state_bytes(self, plan: dict) -> int:
+        return plan["weights_bytes"] + plan["gradient_bytes"] + plan["optimizer_bytes"]
+
+
+def _plan_advice(ctx: _Context, advice_id: str, title: str, why: str, effect: str, after: dict | None,
+                 **changes) -> Advice:
+    """An Advice whose effect is the whole plan re-run with `changes` applied (`after` = that plan)."""
+    before = ctx.base
+    text = effect
+    if after is not None:
+        text += (f" Total per GPU {gib(before['total_bytes'])} → {gib(after['total_bytes'])} "
+                 f"({'fits' if after['fits'] else 'does not fit'} in {gib(after['capacity_bytes'])}); "
+                 f"{ctx.time_metric} {ms(ctx.time_ms(before))} → {ms(ctx.time_ms(after))}"
+                 f"{_percent(ctx.time_ms(before), ctx.time_ms(after))}.")
+    return Advice(id=advice_id, title=title, why=why, expected_effect=text, change=tuple(changes.items()),
+                  bytes_before=before["total_bytes"], bytes_after=None if after is None else after["total_bytes"],
+                  time_metric=ctx.time_metric, time_ms_before=ctx.time_ms(before),
+                  time_ms_after=None if after is None else ctx.time_ms(after))
+
+
+def _percent(before: float, after: float) -> str:
+    return f" ({(after - before) / before:+.0%})" if before else ""
+
+
+def _times(time_ms: float | None, count: int) -> float | None:
+    return None if time_ms is None else time_ms * count
+
+
+def _call_advice(ctx: _Context, advice_id: str, title: str, why: str, effect: str, call_after: AttentionCall,
+                 est_after, gpu_after=None, before: tuple[AttentionCall, object] | None = None) -> Advice:
+    """An Advice whose effect is one layer's attention call re-estimated (`est_after`) after the change;
+    `before` overrides the baseline call and its estimate (default: the plan's own)."""
+    call, est = before or (ctx.call, ctx.est)
+    layers = ctx.inputs.model.layers
+    before_backend = "eager" if call.backend == "eager" else est.selected_backend
+    text = (f"{effect} Attention per layer ({before_backend} → {est_after.selected_backend}): peak "
+            f"{gib(est.peak_extra_bytes)} → {gib(est_after.peak_extra_bytes)}, time "
+            f"{ms(est.time_ms)} → {ms(est_after.time_ms)} per call, {ms(_times(est.time_ms, layers))} → "
+            f"{ms(_times(est_after.time_ms, layers))} over {layers} layers.")
+    changes = tuple((f, getattr(call_after, f)) for f in ("backend", "dtype", "head_dim", "mask", "causal", "q_len",
+                                                          "kv_heads") if getattr(call_after, f) != getattr(ctx.call, f))
+    if gpu_after is not None:
+        changes += (("gpu", gpu_after.name),)
+    return Advice(id=advice_id, title=title, why=why, expected_effect=text, change=changes,
+                  bytes_metric="attention peak_extra_bytes per layer call", bytes_before=est.peak_extra_bytes,
+                  bytes_after=est_after.peak_extra_bytes, time_metric="attention time_ms per layer call",
+                  time_ms_before=est.time_ms, time_ms_after=est_after.time_ms)

@@ -25,6 +25,11 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from validation.protocol import cpu_peak_bytes  # noqa: E402
 
 CASES = [  # name, batch, seq_len, hidden, q_heads, kv_heads, head_dim, ffn
     ("gqa-small", 2, 128, 256, 8, 2, 32, 688),
@@ -104,23 +109,13 @@ def inference_peak(*shape, backend: str = "default") -> int:
     import contextlib
 
     import torch
-    from torch.autograd import DeviceType
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.profiler import ProfilerActivity, profile
 
     layer, x, pos, rope = _layer(*shape)
     forced = sdpa_kernel([SDPBackend.MATH]) if backend == "math" else contextlib.nullcontext()
     with torch.no_grad(), forced:
         layer(x, attention_mask=None, position_ids=pos, position_embeddings=rope)  # warm-up
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            layer(x, attention_mask=None, position_ids=pos, position_embeddings=rope)
-    events = [e for e in prof.profiler.kineto_results.events()
-              if e.name() == "[memory]" and e.device_type() == DeviceType.CPU]
-    live = peak = 0
-    for event in sorted(events, key=lambda e: e.start_ns()):
-        live += event.nbytes()
-        peak = max(peak, live)
-    return peak
+        return cpu_peak_bytes(lambda: layer(x, attention_mask=None, position_ids=pos, position_embeddings=rope))
 
 
 MODEL_CASES = [  # name, layers, batch, seq_len, hidden, q_heads, kv_heads, head_dim, ffn, vocab, SDPA backend
@@ -136,9 +131,7 @@ def model_prefill_peak(layers, batch, seq_len, hidden, q_heads, kv_heads, head_d
     import contextlib
 
     import torch
-    from torch.autograd import DeviceType
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.profiler import ProfilerActivity, profile
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(hidden_size=hidden, num_attention_heads=q_heads, num_key_value_heads=kv_heads,
@@ -151,16 +144,12 @@ def model_prefill_peak(layers, batch, seq_len, hidden, q_heads, kv_heads, head_d
     with torch.no_grad(), forced:
         out = model(input_ids=ids, use_cache=True, logits_to_keep=1)  # warm-up
         del out
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+
+        def _profiled():
             out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
-        del out  # the cache stayed alive to the end of the measured call
-    events = [e for e in prof.profiler.kineto_results.events()
-              if e.name() == "[memory]" and e.device_type() == DeviceType.CPU]
-    live = peak = 0
-    for event in sorted(events, key=lambda e: e.start_ns()):
-        live += event.nbytes()
-        peak = max(peak, live)
-    return peak
+            del out  # the cache stayed alive to the end of the measured call
+
+        return cpu_peak_bytes(_profiled)
 
 
 TRAIN_CASES = [  # whole-model training step, checkpointing none, default SDPA backend (CPU flash)
@@ -174,8 +163,6 @@ def model_train_peak(layers, batch, seq_len, hidden, q_heads, kv_heads, head_dim
     """Peak live bytes of forward + loss + backward of a whole LlamaForCausalLM, gradients preallocated,
     the loop holding the model output."""
     import torch
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(hidden_size=hidden, num_attention_heads=q_heads, num_key_value_heads=kv_heads,
@@ -191,15 +178,7 @@ def model_train_peak(layers, batch, seq_len, hidden, q_heads, kv_heads, head_dim
 
     step()
     model.zero_grad(set_to_none=False)
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        step()
-    events = [e for e in prof.profiler.kineto_results.events()
-              if e.name() == "[memory]" and e.device_type() == DeviceType.CPU]
-    live = peak = 0
-    for event in sorted(events, key=lambda e: e.start_ns()):
-        live += event.nbytes()
-        peak = max(peak, live)
-    return peak
+    return cpu_peak_bytes(step)
 
 
 LOSS_CASES = [  # keep_output: the loop holds the model output (and so the logits) during backward
@@ -213,8 +192,6 @@ def loss_step_peak(batch, seq_len, vocab, hidden, dtype, keep_output) -> int:
     with gradients preallocated (so only activations and the loss count). `keep_output`: `out = model(...);
     out.loss.backward()` (a typical loop); otherwise `model(...).loss.backward()` (as the HF Trainer does)."""
     import torch
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(hidden_size=hidden, num_attention_heads=2, num_key_value_heads=2, head_dim=hidden // 2,
@@ -233,15 +210,7 @@ def loss_step_peak(batch, seq_len, vocab, hidden, dtype, keep_output) -> int:
 
     step()
     model.zero_grad(set_to_none=False)
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        step()
-    events = [e for e in prof.profiler.kineto_results.events()
-              if e.name() == "[memory]" and e.device_type() == DeviceType.CPU]
-    live = peak = 0
-    for event in sorted(events, key=lambda e: e.start_ns()):
-        live += event.nbytes()
-        peak = max(peak, live)
-    return peak
+    return cpu_peak_bytes(step)
 
 
 def main(argv: list[str] | None = None) -> int:

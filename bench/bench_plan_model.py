@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from estimator.models import ModelSpec  # noqa: E402
 from estimator.plan import PlanInputs, budget  # noqa: E402
+from validation.protocol import cpu_peak_bytes  # noqa: E402
 
 CASES = [  # name, layers, batch, seq_len, hidden, q_heads, kv_heads, head_dim, ffn, vocab, backend
     ("ffn-bound", 4, 2, 128, 512, 8, 2, 64, 2048, 1000, "auto"),
@@ -130,18 +131,8 @@ def peak_extra_bytes(fn, device) -> int:
         fn()
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - base
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    events = [e for e in prof.profiler.kineto_results.events()
-              if e.name() == "[memory]" and e.device_type() == DeviceType.CPU]
-    live = peak = 0
-    for event in sorted(events, key=lambda e: e.start_ns()):
-        live += event.nbytes()
-        peak = max(peak, live)
-    return peak
+    return cpu_peak_bytes(fn)
 
 
 def measure(case, device: str) -> dict:

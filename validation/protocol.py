@@ -95,12 +95,13 @@ def cuda_peak_extra_bytes(call: AttentionCall, inp: Inputs) -> int:
     return torch.cuda.max_memory_allocated() - base
 
 
-def cpu_peak_extra_bytes(call: AttentionCall, inp: Inputs) -> int:
-    """Running maximum of live CPU bytes from the profiler's [memory] events during one call."""
+def cpu_peak_bytes(fn) -> int:
+    """Running maximum of live CPU bytes from the profiler's [memory] events while `fn()` runs
+    (the default CPU allocator does not cache, so this is the live-tensor peak)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        run_call(call, inp)
+        fn()
     events = [e for e in prof.profiler.kineto_results.events()
               if e.name() == "[memory]" and e.device_type() == DeviceType.CPU]
     live = peak = 0
@@ -108,6 +109,10 @@ def cpu_peak_extra_bytes(call: AttentionCall, inp: Inputs) -> int:
         live += event.nbytes()
         peak = max(peak, live)
     return peak
+
+
+def cpu_peak_extra_bytes(call: AttentionCall, inp: Inputs) -> int:
+    return cpu_peak_bytes(lambda: run_call(call, inp))
 
 
 def ran_backend_and_kernels(call: AttentionCall, inp: Inputs, device: str) -> tuple[str, int]:

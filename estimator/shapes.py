@@ -58,7 +58,7 @@ class Calls:
 
     def take(self, index) -> Calls:
         """The calls at `index` (a bool mask or integer positions), as a new column set."""
-        return Calls(**{f: np.asarray(getattr(self, f))[index] for f in self.__dataclass_fields__})
+        return Calls(**{f: np.atleast_1d(getattr(self, f))[index] for f in self.__dataclass_fields__})
 
     @property
     def es(self):
@@ -81,14 +81,17 @@ class Calls:
     def has_dropout(self):
         return self.dropout > 0
 
-    def input_bytes(self):
-        """q, k, v, the dense mask and grad_out as contract §1 allocates them (512-B blocks)."""
-        q = round_up(self.B * self.Hq * self.L * self.D * self.es, ALLOC_GRANULE_BYTES)
-        kv = round_up(self.B * self.Hk * self.S * self.D * self.es, ALLOC_GRANULE_BYTES)
+    def input_sizes(self) -> list:
+        """Requested bytes of q, k, v, the dense mask and grad_out (0 where absent), as contract §1 allocates them."""
+        q = self.B * self.Hq * self.L * self.D * self.es
+        kv = self.B * self.Hk * self.S * self.D * self.es
         mask_elems = self.B * self.L * self.S
-        mask = np.where(self.mask_bool, round_up(mask_elems, ALLOC_GRANULE_BYTES),
-                        np.where(self.mask_float, round_up(mask_elems * self.es, ALLOC_GRANULE_BYTES), 0))
-        return q + 2 * kv + mask + np.where(self.grad, q, 0)
+        mask = np.where(self.mask_bool, mask_elems, np.where(self.mask_float, mask_elems * self.es, 0))
+        return [q, kv, kv, mask, np.where(self.grad, q, 0)]
+
+    def input_bytes(self):
+        """What the inputs occupy in the caching allocator's blocks."""
+        return sum(block_bytes(np.asarray(n, dtype=np.int64)) for n in self.input_sizes())
 
     @classmethod
     def from_call(cls, call: AttentionCall) -> Calls:
@@ -112,15 +115,18 @@ class Timeline:
         self.peak = np.int64(0)
         self.blocks: dict[str, np.ndarray] = {}
         self.marks: dict[str, np.ndarray] = {}
+        self.events: list[tuple[str, str, np.ndarray]] = []  # (alloc, name, bytes) / (free, name, where)
 
     def mark(self, name: str) -> None:
         """Remember the live bytes now (e.g. what stays allocated after the forward)."""
         self.marks[name] = self.live
 
     def alloc(self, name: str, nbytes, when=True) -> None:
-        size = np.where(when, block_bytes(np.asarray(nbytes, dtype=np.int64)), 0)
+        requested = np.where(when, np.asarray(nbytes, dtype=np.int64), 0)
+        size = block_bytes(requested)
         if name in self.blocks:
             raise KeyError(f"block {name!r} allocated twice")
+        self.events.append(("alloc", name, requested))
         self.blocks[name] = size
         self.live = self.live + size
         self.peak = np.maximum(self.peak, self.live)
@@ -128,6 +134,7 @@ class Timeline:
     def free(self, *names: str) -> None:
         for name in names:
             self.live = self.live - self.blocks.pop(name)
+            self.events.append(("free", name, np.bool_(True)))
 
     def free_if(self, when, *names: str) -> None:
         """Free where `when` holds; elsewhere the block stays live (kept for backward, say)."""
@@ -135,8 +142,16 @@ class Timeline:
             size = self.blocks[name]
             self.live = self.live - np.where(when, size, 0)
             self.blocks[name] = np.where(when, 0, size)
+            self.events.append(("free", name, np.asarray(when, dtype=bool)))
 
     def transient(self, name: str, nbytes, when=True) -> None:
         """Allocate and free at once: a workspace that lives only inside one kernel call."""
         self.alloc(name, nbytes, when)
         self.free(name)
+
+    def events_for(self, row: int | None) -> list[tuple[str, str, int]]:
+        """The alloc/free sequence of one call (`row` in a column set; None for a single call)."""
+        def pick(value):
+            value = np.asarray(value)
+            return value.item() if value.ndim == 0 else value[row or 0].item()
+        return [(op, name, int(pick(v)) if op == "alloc" else bool(pick(v))) for op, name, v in self.events]

@@ -98,7 +98,7 @@ def test_textbook_quantities():
     assert est.kv_bytes == 2 * 2 * 16 * 1024 * 128 * 2
 
 
-@pytest.mark.parametrize("name", ["h200_calibration", "h200_heldout"])
+@pytest.mark.parametrize("name", ["h200_calibration", "h200_heldout", "h200_heldout2", "h200_heldout3", "h200_nsweep"])
 def test_committed_h200_measurements_within_tolerance(name):
     d = pd.read_csv(DATA / f"{name}.csv", dtype=str, keep_default_na=False)
     inputs = d[[c for c in d.columns if not c.startswith("pred")]]

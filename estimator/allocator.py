@@ -1,0 +1,153 @@
+"""A replay of PyTorch's CUDA caching allocator, to decide whether a call near the memory limit runs or
+runs out of memory.
+
+The peak of allocated bytes is not enough near the limit: freed blocks stay cached inside their segments,
+a later request that does not fit any cached block needs a new segment, and a segment that still holds one
+live block cannot be returned to the driver. So a call can fail with a peak a few percent below the
+capacity (on the H200: out of memory at 92.1% of the memory left after the CUDA context, while another call
+ran at 92.3%). The rules are c10/cuda/CUDACachingAllocator.cpp's defaults (no max_split_size, no expandable
+segments): requests rounded to 512 B; ≤ 1 MiB from a small pool of 2-MiB segments; larger ones best-fit from
+cached blocks, else a new segment of 20 MiB (requests < 10 MiB) or the request rounded up to 2 MiB; a block
+is split when more than 1 MiB (large) or 512 B (small) would remain; freed blocks merge with free
+neighbours; when the driver refuses a segment, every fully free cached segment is released and the request
+retried once.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+MiB = 2**20
+SMALL_REQUEST = MiB
+SMALL_SEGMENT = 2 * MiB
+LARGE_SEGMENT = 20 * MiB
+MIN_LARGE_ALLOC = 10 * MiB
+ROUND_LARGE = 2 * MiB
+
+
+class OutOfMemory(Exception):
+    pass
+
+
+@dataclass
+class _Block:
+    size: int
+    segment: int
+    free: bool = True
+    prev: _Block | None = None
+    next: _Block | None = None
+
+
+@dataclass
+class CachingAllocator:
+    """Segments, blocks and pools; `malloc` returns a handle, `free` takes it back."""
+
+    capacity_bytes: int
+    reserved_bytes: int = 0
+    segments: dict[int, list[_Block]] = field(default_factory=dict)
+    _small: dict[int, bool] = field(default_factory=dict)  # segment id → small pool
+    _free: dict[bool, list[tuple[int, int, _Block]]] = field(default_factory=lambda: {True: [], False: []})
+    _next_id: int = 0
+
+    def _insert_free(self, block: _Block) -> None:
+        self._next_id += 1
+        bisect.insort(self._free[self._small[block.segment]], (block.size, self._next_id, block))
+
+    def _remove_free(self, block: _Block) -> None:
+        pool = self._free[self._small[block.segment]]
+        for i, (_, _, b) in enumerate(pool):
+            if b is block:
+                del pool[i]
+                return
+
+    def _new_segment(self, size: int, small: bool) -> _Block | None:
+        seg_size = SMALL_SEGMENT if small else (LARGE_SEGMENT if size < MIN_LARGE_ALLOC else
+                                                -(-size // ROUND_LARGE) * ROUND_LARGE)
+        if self.reserved_bytes + seg_size > self.capacity_bytes:
+            return None
+        self._next_id += 1
+        seg = self._next_id
+        block = _Block(seg_size, seg)
+        self.segments[seg] = [block]
+        self._small[seg] = small
+        self.reserved_bytes += seg_size
+        return block
+
+    def _release_cached(self) -> None:
+        for seg, blocks in list(self.segments.items()):
+            head = blocks[0]
+            if head.free and head.next is None and head.prev is None:
+                self._remove_free(head)
+                self.reserved_bytes -= head.size
+                del self.segments[seg], self._small[seg]
+
+    def malloc(self, nbytes: int) -> _Block | None:
+        if nbytes <= 0:
+            return None
+        size = max(512, -(-nbytes // 512) * 512)
+        small = size <= SMALL_REQUEST
+        pool = self._free[small]
+        i = bisect.bisect_left(pool, (size, -1))
+        if i < len(pool):
+            block = pool.pop(i)[2]
+        else:
+            block = self._new_segment(size, small)
+            if block is None:
+                self._release_cached()
+                block = self._new_segment(size, small)
+                if block is None:
+                    raise OutOfMemory(size)
+        remaining = block.size - size
+        if (remaining >= 512) if small else (remaining > MiB):  # should_split
+            rest = _Block(remaining, block.segment, True, block, block.next)
+            if block.next:
+                block.next.prev = rest
+            block.next = rest
+            block.size = size
+            self._insert_free(rest)
+        block.free = False
+        return block
+
+    def free(self, block: _Block | None) -> None:
+        if block is None:
+            return
+        block.free = True
+        for neighbour in (block.prev, block.next):
+            if neighbour is not None and neighbour.free:
+                self._remove_free(neighbour)
+                block.size += neighbour.size
+                if neighbour is block.prev:
+                    block.prev = neighbour.prev
+                    if block.prev:
+                        block.prev.next = block
+                else:
+                    block.next = neighbour.next
+                    if block.next:
+                        block.next.prev = block
+        if block.prev is None:
+            self.segments[block.segment][0] = block
+        self._insert_free(block)
+
+
+def replay_fits(inputs: list[int], events: list[tuple], capacity_bytes: int, workspaces: list[int],
+                runs: int = 2) -> bool:
+    """Allocate the inputs, then run the call's events `runs` times (warm-up and measured call), with
+    library workspaces (cuBLAS) allocated at the first run and kept. False where the replay runs out."""
+    alloc = CachingAllocator(capacity_bytes)
+    try:
+        held = [alloc.malloc(n) for n in inputs]
+        for run in range(runs):
+            if run == 0:
+                held += [alloc.malloc(n) for n in workspaces]
+            live: dict[str, _Block | None] = {}
+            for op, name, size in events:
+                if op == "alloc":
+                    live[name] = alloc.malloc(size)
+                elif size and name in live:
+                    alloc.free(live.pop(name))
+            for block in live.values():
+                alloc.free(block)
+    except OutOfMemory:
+        return False
+    return True

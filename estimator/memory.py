@@ -1,7 +1,9 @@
 """Peak extra bytes of one attention call (contract §1), per backend, as allocation timelines.
 
-Each function replays, in order, the tensors that PyTorch 2.11 allocates and frees for the call and
-returns (peak_extra_bytes, forward_retained_bytes). The sequences were read from the sources named
+Each function replays, in order, the tensors that PyTorch 2.11 allocates and frees for the call, and
+returns the Timeline: its running peak is peak_extra_bytes, its "forward" mark the bytes still alive
+after the forward (what autograd saved, plus the output), and its event log feeds the caching-allocator
+replay that decides `fits` near the limit (estimator/allocator.py). The sequences were read from the sources named
 in ../shared/reference/sdpa-internals.md and checked, allocation by allocation, against
 `torch.cuda.memory._record_memory_history` traces on an H200 (validation/trace.py;
 validation/data/h200_calibration.csv has the measured peaks they are held to).

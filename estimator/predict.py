@@ -109,6 +109,10 @@ def predict_frame(df: pd.DataFrame, gpu: str, torch_version: str = backends.DEFA
             out[col] = pd.Series(dtype=object)
         return out
     c, backend, errors = calls_from_frame(df)
+    if ROW_ERROR in df.columns:
+        garbled = df[ROW_ERROR].to_numpy(dtype=object)
+        errors = np.where(garbled != "", garbled, errors)
+        out = out.drop(columns=[ROW_ERROR])
     cols = estimate_columns(c, np.where(errors == "", backend, "math"), device, torch_version)
     bad = errors != ""
     sup = cols["supported"] & ~bad
@@ -133,24 +137,36 @@ def predict_frame(df: pd.DataFrame, gpu: str, torch_version: str = backends.DEFA
     return out
 
 
+ROW_ERROR = "__row_error__"  # set by read_csv_text on rows the CSV itself garbled
+
+
 def read_csv_text(path) -> pd.DataFrame:
     """Every column as text, nothing turned into NaN (so extra columns go back out untouched).
-    pyarrow's reader when available (several times faster on 100k rows), pandas' otherwise."""
-    try:
-        import pyarrow as pa
-        from pyarrow import csv as pacsv
-    except ImportError:
-        return pd.read_csv(path, dtype=str, keep_default_na=False)
+    pyarrow's reader when available (several times faster on 100k rows); Python's csv module when a row
+    has the wrong number of fields, so that only that row gets an error."""
     with open(path, newline="") as fh:
         header = next(csv.reader(fh), None)
     if not header:
         raise ValueError("input CSV: empty file (no header row)")
     try:
+        import pyarrow as pa
+        from pyarrow import csv as pacsv
         table = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(
             column_types={name: pa.string() for name in header}, strings_can_be_null=False, null_values=[]))
-    except pa.ArrowInvalid as exc:
-        raise ValueError(f"input CSV: {str(exc).splitlines()[0]}") from None
-    return table.to_pandas()
+        return table.to_pandas()
+    except ImportError:
+        pass
+    except pa.ArrowInvalid:
+        pass
+    with open(path, newline="") as fh:
+        rows = list(csv.reader(fh))[1:]
+    width = len(header)
+    errors = [f"row {i + 2}: expected {width} fields, got {len(r)}" if len(r) != width else ""
+              for i, r in enumerate(rows)]
+    df = pd.DataFrame([(r + [""] * width)[:width] for r in rows], columns=header, dtype=object)
+    if any(errors):
+        df[ROW_ERROR] = errors
+    return df
 
 
 def write_csv(df: pd.DataFrame, path) -> None:

@@ -71,3 +71,14 @@ def test_flops_beyond_int64_stay_exact(tmp_path):
     exact = 8 * 32 * (1 << 22) ** 2 * 256 * 14  # fused forward 4 + backward 10 per B·H·L·S·D
     assert exact > 2**63 and int(out.flops[0]) == exact
     assert out.fits[0] == "false"
+
+
+def test_a_garbled_row_gets_an_error_and_the_others_run(tmp_path):
+    header = ",".join(ROW)
+    good = ",".join(str(v) for v in ROW.values())
+    src = tmp_path / "in.csv"
+    src.write_text(f"{header}\n{good}\n{good},surplus\n{good.rsplit(',', 3)[0]}\n")
+    assert main([str(src), "-o", str(tmp_path / "out.csv"), "--gpu", "h200"]) == 0
+    out = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
+    assert list(out.error) == ["", "row 3: expected 13 fields, got 14", "row 4: expected 13 fields, got 10"]
+    assert out.supported[0] == "true" and out.supported[1] == "" and out.peak_extra_bytes[2] == ""

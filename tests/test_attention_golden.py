@@ -125,3 +125,17 @@ def test_eager_masked_fill_in_place_measured(dtype, measured, inplace):
     call = AttentionCall(batch=1, q_heads=32, kv_heads=32, head_dim=128, q_len=4096, kv_len=4096, dtype=dtype,
                          causal=True, backend="eager")
     assert eager_forward_peak_bytes(call, inplace_fill=inplace) == measured
+
+
+def test_last_held_out_set_peaks_and_backends():
+    # validation/data/h200_heldout4.csv (seed 17), measured after every model change: peaks, support,
+    # backend and FLOPs; `fits` errs twice there, conservatively (tests/test_allocator.py says why)
+    d = pd.read_csv(DATA / "h200_heldout4.csv", dtype=str, keep_default_na=False)
+    p = predict_frame(d[[c for c in d.columns if not c.startswith(("pred", "rel"))]], "h200")
+    ok = d.status == "ok"
+    meas, pred = pd.to_numeric(d.measured_peak_extra_bytes[ok]), pd.to_numeric(p.peak_extra_bytes[ok])
+    assert ((pred - meas).abs() <= np.maximum(0.03 * meas, 2 * MiB)).all()
+    assert ((p.supported == "true") == (d.status != "unsupported")).all()
+    ran = d.status.isin(["ok", "oom"])
+    wrong = ran & ((p.fits == "true") != (d.status == "ok"))
+    assert wrong.sum() <= 2 and (d.status[wrong] == "ok").all()

@@ -39,3 +39,25 @@ def trace_rows(rows, out_path) -> None:
             result[row["id"]] = {"row": row, "error": str(exc).splitlines()[0][:200]}
     with open(out_path, "w") as fh:
         json.dump(result, fh)
+
+
+def trace_with_addresses(call, out_path) -> None:
+    """Every allocator event (action, address, size) from the inputs through warm-up and measured call, for a
+    call near the memory limit: shows where the caching allocator placed each block (segment reuse)."""
+    from validation.protocol import cuda_peak_extra_bytes
+    torch.cuda.empty_cache()
+    torch.cuda.memory._record_memory_history(max_entries=500000)
+    status = "ok"
+    try:
+        inp = make_inputs(call, "cuda")
+        run_call(call, inp)
+        cuda_peak_extra_bytes(call, inp)
+        del inp
+    except torch.cuda.OutOfMemoryError:
+        status = "oom"
+    snap = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    events = [(ev["action"], int(ev.get("addr", 0)), int(ev["size"])) for ev in snap["device_traces"][0]]
+    with open(out_path, "w") as fh:
+        json.dump({"status": status, "events": events}, fh)
+    torch.cuda.empty_cache()

@@ -87,12 +87,11 @@ def replay_fits_rows(c: Calls, backend: str, gpu: GPU) -> np.ndarray:
     """Each call of a column set, all on `backend`, through the caching-allocator replay: inputs, then the
     warm-up and the measured call, with cuBLAS workspaces on the math and eager paths."""
     timeline = backend_timeline(c, backend, gpu)
-    sizes = [np.atleast_1d(n) for n in c.input_sizes()]
     grads = np.atleast_1d(c.grad)
     out = np.zeros(len(grads), dtype=bool)
     for row in range(len(grads)):
         workspaces = [CUBLAS_WORKSPACE_BYTES] * ((2 if grads[row] else 1) if backend in ("math", "eager") else 0)
-        out[row] = replay_fits([int(n[row]) for n in sizes], timeline.events_for(row),
+        out[row] = replay_fits(c.input_events(row), timeline.events_for(row),
                                gpu.memory_bytes - CUDA_CONTEXT_BYTES, workspaces)
     return out
 

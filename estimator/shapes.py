@@ -89,6 +89,16 @@ class Calls:
         mask = np.where(self.mask_bool, mask_elems, np.where(self.mask_float, mask_elems * self.es, 0))
         return [q, kv, kv, mask, np.where(self.grad, q, 0)]
 
+    def input_events(self, row: int = 0) -> list[tuple[str, str, int]]:
+        """How validation/protocol.py's make_inputs allocates one call's inputs, in order: q, k, v, the mask
+        (a bool mask is `rand(...) > p`, so an fp32 temporary of the mask's shape comes and goes first),
+        grad_out. Near the limit, where that temporary's segment sits matters (estimator/allocator.py)."""
+        q, k, v, mask, grad_out = (int(np.atleast_1d(n)[row]) for n in self.input_sizes())
+        bool_mask = bool(np.atleast_1d(self.mask_bool)[row])
+        return [("alloc", "q", q), ("alloc", "k", k), ("alloc", "v", v),
+                ("alloc", "rand", mask * 4 if bool_mask else 0), ("alloc", "mask", mask),
+                ("free", "rand", True), ("alloc", "grad_out", grad_out)]
+
     def input_bytes(self):
         """What the inputs occupy in the caching allocator's blocks."""
         return sum(block_bytes(np.asarray(n, dtype=np.int64)) for n in self.input_sizes())

@@ -28,11 +28,13 @@ REPLAY_FROM_FRACTION = 0.75
 # one from the forward and one from autograd's backward thread (CublasHandlePool.cpp; measured).
 CUBLAS_WORKSPACE_BYTES = 32 * 2**20
 
-# Relative error of peak_extra_bytes against the H200 calibration set, per backend (2.5th and
-# 97.5th percentile of (predicted − measured) / measured; `python -m validation report` recomputes).
-ERROR_BANDS = {"math": (-0.01, 0.01), "flash": (-0.01, 0.01), "efficient": (-0.02, 0.02),
-               "cudnn": (-0.01, 0.01), "eager": (-0.01, 0.01)}
-
+# Relative error band of peak_extra_bytes per backend: the lowest and highest (predicted − measured) /
+# measured over the H200 calls of at least 64 MiB in validation/data/h200_{calibration,heldout,heldout2,
+# heldout3,heldout4,nsweep}.csv (122 to 351 calls each), rounded outward to 0.5%. Below 64 MiB the error is
+# absolute: within ERROR_FLOOR_BYTES for 1,089 of 1,091 such calls (99th percentile 0.97 MiB, worst 2.96 MiB).
+ERROR_BANDS = {"math": (-0.01, 0.02), "flash": (-0.005, 0.005), "efficient": (-0.005, 0.015),
+               "cudnn": (-0.01, 0.015), "eager": (-0.015, 0.015)}
+ERROR_FLOOR_BYTES = 2 * 2**20
 
 @dataclass(frozen=True)
 class CallEstimate:

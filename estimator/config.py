@@ -20,6 +20,9 @@ MODES = ("forward", "forward_backward")
 # Sizes past these are not attention calls anyone can run on one device; they are typos.
 MAX_SEQ_LEN = 1 << 24  # 16.7 M tokens
 MAX_DIM = 1 << 16
+# Largest value each integer field takes (anything larger is a typo, not a workload).
+SIZE_LIMITS = {"batch": 1 << 20, "q_heads": 1 << 16, "kv_heads": 1 << 16, "head_dim": MAX_DIM,
+               "q_len": MAX_SEQ_LEN, "kv_len": MAX_SEQ_LEN}
 MAX_ELEMENTS = 1 << 56  # one tensor of more elements is no workload (and would overflow int64 byte counts)
 
 
@@ -78,8 +81,7 @@ class AttentionCall:
     backend: str = "auto"
 
     def __post_init__(self) -> None:
-        for field, limit in (("batch", 1 << 20), ("q_heads", 1 << 16), ("kv_heads", 1 << 16),
-                             ("head_dim", MAX_DIM), ("q_len", MAX_SEQ_LEN), ("kv_len", MAX_SEQ_LEN)):
+        for field, limit in SIZE_LIMITS.items():
             object.__setattr__(self, field, check_positive_int(field, getattr(self, field), limit))
         if self.batch * self.q_heads * self.q_len * self.kv_len > MAX_ELEMENTS:
             raise ValueError("q_len: batch·q_heads·q_len·kv_len is absurdly large (over 2**56 score elements)")

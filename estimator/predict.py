@@ -15,15 +15,13 @@ import pandas as pd
 
 from estimator import backends
 from estimator.attention import estimate_columns
-from estimator.config import BACKENDS, DTYPE_ALIASES, DTYPE_BITS, MASKS, MAX_DIM, MAX_SEQ_LEN, MODES
+from estimator.config import BACKENDS, DTYPE_ALIASES, DTYPE_BITS, MASKS, MAX_ELEMENTS, MODES, SIZE_LIMITS
 from estimator.hardware import get_gpu
 from estimator.shapes import Calls
 
-INT_FIELDS = {"batch": 1 << 20, "q_heads": 1 << 16, "kv_heads": 1 << 16, "head_dim": MAX_DIM,
-              "q_len": MAX_SEQ_LEN, "kv_len": MAX_SEQ_LEN}
+INT_FIELDS = SIZE_LIMITS
 REQUIRED = ("backend", "dtype", *INT_FIELDS, "causal", "mask", "dropout", "mode")
 OUTPUTS = ("supported", "selected_backend", "peak_extra_bytes", "fits", "flops", "time_ms")
-MAX_SCORE_ELEMENTS = 1 << 56  # batch·q_heads·q_len·kv_len beyond this is no real workload (int64-safe)
 
 
 class _Errors:
@@ -71,10 +69,10 @@ def calls_from_frame(df: pd.DataFrame) -> tuple[Calls, np.ndarray, np.ndarray]:
         ints[field] = np.where(bad_num | (raw < 1) | (raw > limit), 1, raw).astype(np.int64)
     errors.add(ints["q_heads"] % ints["kv_heads"] != 0, "kv_heads: q_heads must be divisible by kv_heads")
     score = ints["batch"].astype(np.float64) * ints["q_heads"] * ints["q_len"] * ints["kv_len"]
-    errors.add(score > MAX_SCORE_ELEMENTS, "q_len: batch·q_heads·q_len·kv_len is absurdly large")
+    errors.add(score > MAX_ELEMENTS, "q_len: batch·q_heads·q_len·kv_len is absurdly large")
     widest = (ints["batch"].astype(np.float64) * ints["q_heads"] * np.maximum(ints["q_len"], ints["kv_len"])
               * ints["head_dim"])
-    errors.add(widest > MAX_SCORE_ELEMENTS, "head_dim: batch·q_heads·seq·head_dim is absurdly large")
+    errors.add(widest > MAX_ELEMENTS, "head_dim: batch·q_heads·seq·head_dim is absurdly large")
     dtype = (df["dtype"].astype(str).str.strip().str.lower().str.removeprefix("torch.")
              .replace(DTYPE_ALIASES).to_numpy(dtype=object))
     errors.add(~_isin(dtype, DTYPE_BITS), f"dtype: unknown; expected one of {', '.join(DTYPE_BITS)}")

@@ -15,7 +15,7 @@ st.caption("Size the budget and the decode SLA from the production distribution 
            "(seed 000). The model, workload and hardware are the ones on the planning page.")
 
 try:
-    inputs = st.session_state.get("plan_inputs") or state.plan_inputs(state.PLAN_DEFAULTS)
+    inputs = state.current_plan_inputs(st.session_state)
 except ValueError as exc:
     st.error(f"The plan is not valid: {exc}")
     st.stop()

@@ -18,7 +18,7 @@ st.caption("Measure the plan's attention calls by the project's protocol (peak b
            "warm call, the kernels that ran, the time) and compare them with the prediction.")
 
 try:
-    inputs = st.session_state.get("plan_inputs") or state.plan_inputs(state.PLAN_DEFAULTS)
+    inputs = state.current_plan_inputs(st.session_state)
     calls = gpu.plan_calls(inputs)
 except ValueError as exc:
     st.error(f"The plan is not valid: {exc}")

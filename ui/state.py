@@ -203,3 +203,8 @@ def plan_inputs(values: Mapping, config_spec=None):
                       cp=values["cp"], zero=values.get("zero", 0), micro_batch=values.get("micro_batch") or None,
                       sequence_parallel=bool(values.get("sequence_parallel", False)),
                       logits=values.get("logits", "last"))
+
+
+def current_plan_inputs(session: Mapping):
+    """The plan the planning page last built in this session, or the defaults' (ValueError if invalid)."""
+    return session.get("plan_inputs") or plan_inputs(PLAN_DEFAULTS)

@@ -11,9 +11,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from estimator.models import get_preset  # noqa: E402
-from estimator.plan import PlanInputs, budget, make_plan  # noqa: E402
-from estimator.solve import smallest_gpu  # noqa: E402
+from estimator.model.budget import budget  # noqa: E402
+from estimator.model.inputs import PlanInputs  # noqa: E402
+from estimator.model.plan import make_plan  # noqa: E402
+from estimator.model.solve import smallest_gpu  # noqa: E402
+from estimator.model.specs import get_preset  # noqa: E402
 
 CASES = [
     dict(model="llama-3-8b", seq_len=8192, batch=4, gpu="h100-sxm"),

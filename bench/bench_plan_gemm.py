@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from estimator.hardware import get_gpu  # noqa: E402
-from estimator.models import get_preset  # noqa: E402
+from estimator.model.specs import get_preset  # noqa: E402
 
 
 def _time_ms(fn, repeats: int) -> float:

@@ -23,8 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from estimator.models import ModelSpec  # noqa: E402
-from estimator.plan import PlanInputs, budget  # noqa: E402
+from estimator.model.budget import budget  # noqa: E402
+from estimator.model.inputs import PlanInputs  # noqa: E402
+from estimator.model.specs import ModelSpec  # noqa: E402
 from validation.protocol import cpu_peak_bytes  # noqa: E402
 
 CASES = [  # name, layers, batch, seq_len, hidden, q_heads, kv_heads, head_dim, ffn, vocab, backend

@@ -18,7 +18,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from estimator.predict import main as predict_main  # noqa: E402
+from estimator.cli.predict import main as predict_main  # noqa: E402
 from validation.grid import random_sample, write_csv  # noqa: E402
 
 

@@ -15,8 +15,8 @@ Glossary (used everywhere, once defined here):
 Formula bodies use B, Hq, Hk, L (q_len), S (kv_len), D. Bytes are exact integers; GiB = 2**30.
 """
 
-from estimator.attention import CallEstimate, estimate_call
-from estimator.config import AttentionCall
+from estimator.call.attention import CallEstimate, estimate_call
+from estimator.call.config import AttentionCall
 from estimator.hardware import CATALOG, GPU, get_gpu
 
 __all__ = ["AttentionCall", "CallEstimate", "estimate_call", "GPU", "CATALOG", "get_gpu"]

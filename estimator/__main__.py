@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-COMMANDS = {"predict": "estimator.predict", "plan": "estimator.plan_cli", "advise": "estimator.advise_cli"}
+COMMANDS = {"predict": "estimator.cli.predict", "plan": "estimator.cli.plan", "advise": "estimator.cli.advise"}
 
 
 def main(argv: list[str] | None = None) -> int:

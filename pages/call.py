@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from estimator.config import AttentionCall
+from estimator.call.config import AttentionCall
 from estimator.hardware import get_gpu
 from ui import cached, figures, forms, state, sweeps
 

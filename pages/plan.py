@@ -7,7 +7,7 @@ from functools import partial
 import streamlit as st
 
 from estimator.hardware import get_gpu
-from estimator.models import PRESETS
+from estimator.model.specs import PRESETS
 from ui import cached, export, figures, forms, state, sweeps
 
 PREFIX = "plan_"
@@ -101,7 +101,7 @@ if budget_tab.open:
                    f"chosen backend materialises: {gib_text(p['attention_scores_bytes'])}. KV cache per token: "
                    f"{p['kv_cache_bytes_per_token']:,} bytes.")
         st.subheader("Attention backend")
-        from estimator.advice import attention_call  # the layer's call, as the advisor prices it
+        from estimator.model.inputs import attention_call  # the layer's call, as the advisor prices it
 
         call = attention_call(inputs)
         backends = sweeps.backend_table(call, gpu, torch_version=inputs.torch_version, estimate=cached.estimate)
@@ -158,7 +158,7 @@ if advice_tab.open:
                 if item.bytes_before is not None and item.bytes_after is not None:
                     st.caption(f"{item.bytes_metric}: {gib_text(item.bytes_before)} → {gib_text(item.bytes_after)}")
         with st.expander("The decision tree the advice follows"):
-            from estimator.decision_tree import render_tree
+            from estimator.advice.tree import render_tree
 
             st.code(render_tree(), language=None)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from estimator.hardware import get_gpu
-from estimator.trace import parse_trace, trace_report
+from estimator.model.trace import parse_trace, trace_report
 from ui import figures, state, sweeps
 
 GIB = 2**30

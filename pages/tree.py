@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from estimator.decision_tree import render_tree
+from estimator.advice.tree import render_tree
 
 st.title("Decision tree")
 st.caption("Profile first, then choose the kernel, the architecture or the parallelism; never skip a step "

@@ -7,7 +7,7 @@ import io
 import pandas as pd
 import streamlit as st
 
-from estimator.config import BACKENDS
+from estimator.call.config import BACKENDS
 from estimator.hardware import CATALOG, get_gpu
 from ui import figures, gpu, state
 

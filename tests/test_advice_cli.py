@@ -7,18 +7,18 @@ import json
 import pytest
 from test_advice_fakes import fake_estimate, fake_make_plan
 
-import estimator.advice
-from estimator import advise_cli
+import estimator.advice.plan_rules
+from estimator.cli import advise as advise_cli
 
 
 @pytest.fixture
 def fakes(monkeypatch):
-    real = estimator.advice.advise
+    real = estimator.advice.plan_rules.advise
 
     def advise(inputs, **kw):
         return real(inputs, make_plan=fake_make_plan, estimate_call=fake_estimate, **kw)
 
-    monkeypatch.setattr(estimator.advice, "advise", advise)
+    monkeypatch.setattr(estimator.advice.plan_rules, "advise", advise)
 
 
 def test_json_has_the_contract_keys_in_tree_order(fakes, capsys):
@@ -74,7 +74,7 @@ def test_advising_loads_no_torch_streamlit_or_plotly():
     import sys
     from pathlib import Path
 
-    code = ("import sys; from estimator.advise_cli import main; main(['--preset', 'llama-2-7b', '--seq-len', '2048', "
+    code = ("import sys; from estimator.cli.advise import main; main(['--preset', 'llama-2-7b', '--seq-len', '2048', "
             "'--json']); print(sorted(m for m in ('torch', 'streamlit', 'plotly') if m in sys.modules), "
             "file=sys.stderr)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

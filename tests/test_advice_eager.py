@@ -2,10 +2,10 @@
 
 import itertools
 
-from estimator.advice import eager_forward_peak_bytes
-from estimator.config import AttentionCall
-from estimator.memory import eager_timeline
-from estimator.shapes import Calls
+from estimator.advice.plan_rules import eager_forward_peak_bytes
+from estimator.call.config import AttentionCall
+from estimator.call.memory import eager_timeline
+from estimator.call.shapes import Calls
 
 
 def calls():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from types import SimpleNamespace
 
-from estimator.config import DTYPE_BITS, KV_DTYPE_BITS
+from estimator.call.config import DTYPE_BITS, KV_DTYPE_BITS
 from estimator.hardware import get_gpu
 
 
@@ -59,7 +59,7 @@ def fake_estimate(call, gpu, torch_version="2.11"):
 
 def fake_make_plan(inputs, solve=True):
     """Weights, KV cache, activations and the attention peak of one layer, on the fake estimator."""
-    from estimator.advice import attention_call
+    from estimator.model.inputs import attention_call
 
     gpu, m = get_gpu(inputs.gpu), inputs.model
     es = DTYPE_BITS[inputs.dtype] // 8
@@ -96,8 +96,8 @@ def fake_make_plan(inputs, solve=True):
 
 def fake_inputs(**kw):
     """A PlanInputs (the real dataclass) with defaults for the fakes."""
-    from estimator.models import get_preset
-    from estimator.plan import PlanInputs
+    from estimator.model.inputs import PlanInputs
+    from estimator.model.specs import get_preset
 
     model = kw.pop("model", "llama-2-7b")
     if isinstance(model, str):

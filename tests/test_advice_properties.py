@@ -5,11 +5,11 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from test_advice_scenarios import check_effect
 
-from estimator.advice import advise
-from estimator.decision_tree import ADVICE_ORDER
+from estimator.advice.plan_rules import advise
+from estimator.advice.tree import ADVICE_ORDER
 from estimator.hardware import CATALOG
-from estimator.models import PRESETS
-from estimator.plan import PlanInputs
+from estimator.model.inputs import PlanInputs
+from estimator.model.specs import PRESETS
 
 plans = st.builds(
     dict,

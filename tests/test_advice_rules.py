@@ -6,9 +6,10 @@ from dataclasses import replace
 import pytest
 from test_advice_fakes import fake_estimate, fake_inputs, fake_make_plan
 
-from estimator.advice import Advice, advise, attention_call, eager_forward_peak_bytes, gib
-from estimator.decision_tree import ADVICE_ORDER
+from estimator.advice.plan_rules import Advice, advise, eager_forward_peak_bytes, gib
+from estimator.advice.tree import ADVICE_ORDER
 from estimator.hardware import get_gpu
+from estimator.model.inputs import attention_call
 
 
 def run(mask="none", cached_len=0, **kw):

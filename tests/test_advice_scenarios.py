@@ -5,12 +5,13 @@ from dataclasses import replace
 
 import pytest
 
-from estimator.advice import advise, attention_call, eager_forward_peak_bytes, gib
-from estimator.advise_cli import _call_options, build_parser
-from estimator.attention import estimate_call
+from estimator.advice.plan_rules import advise, eager_forward_peak_bytes, gib
+from estimator.call.attention import estimate_call
+from estimator.cli.advise import _call_options, build_parser
+from estimator.cli.plan import inputs_from_args
 from estimator.hardware import get_gpu
-from estimator.plan import make_plan
-from estimator.plan_cli import inputs_from_args
+from estimator.model.inputs import attention_call
+from estimator.model.plan import make_plan
 
 
 def run(argv: str):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from estimator import AttentionCall, estimate_call, get_gpu
-from estimator.allocator import CachingAllocator, OutOfMemory, replay_fits
+from estimator.call.allocator import CachingAllocator, OutOfMemory, replay_fits
 
 MiB = 2**20
 

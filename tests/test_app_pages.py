@@ -15,8 +15,9 @@ sys.path.insert(0, str(ROOT))
 
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from estimator.models import get_preset  # noqa: E402
-from estimator.plan import PlanInputs, make_plan  # noqa: E402
+from estimator.model.inputs import PlanInputs  # noqa: E402
+from estimator.model.plan import make_plan  # noqa: E402
+from estimator.model.specs import get_preset  # noqa: E402
 
 TIMEOUT = 60  # seconds per script run: the first run imports pandas and plotly
 
@@ -126,7 +127,7 @@ def test_plan_hf_config_upload():
     assert any("Upload" in i.value for i in at.info)
     at.file_uploader(key="plan_config_file").upload("config.json", json.dumps(cfg).encode(), "application/json")
     submit(at, "Plan")
-    from estimator.models import from_hf_config
+    from estimator.model.specs import from_hf_config
     expected = plan_for(model=from_hf_config(cfg, name="config"))["total_bytes"]
     assert metric(at, "total per GPU") == gib_text(expected)
     assert at.query_params["layers"] in ("16", ["16"])
@@ -144,7 +145,7 @@ def test_plan_tabs_charts_advice_and_exports_render():
     assert not at.exception and len(at.get("plotly_chart")) == 3
     at.session_state["plan_view"] = "Advice"
     at.run()
-    from estimator.advice import advise
+    from estimator.advice.plan_rules import advise
     expected = [a.title for a in advise(PlanInputs(model=get_preset("llama-3-8b"), seq_len=131072, batch=8,
                                                    gpu="h200"))]
     shown = [e.label for e in at.expander]

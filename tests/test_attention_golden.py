@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from estimator import AttentionCall, estimate_call, get_gpu
-from estimator.predict import predict_frame
+from estimator.call.table import predict_frame
 
 MiB = 2**20
 H200 = get_gpu("h200")
@@ -122,7 +122,7 @@ def test_committed_h200_measurements_within_tolerance(name):
 @pytest.mark.parametrize("inplace", [False, True])
 def test_eager_masked_fill_in_place_measured(dtype, measured, inplace):
     # validation/data/h200_inplace_masked_fill.csv: B1 H32 L=S=4096 D128 causal, forward, both fills
-    from estimator.advice import eager_forward_peak_bytes
+    from estimator.advice.plan_rules import eager_forward_peak_bytes
     call = AttentionCall(batch=1, q_heads=32, kv_heads=32, head_dim=128, q_len=4096, kv_len=4096, dtype=dtype,
                          causal=True, backend="eager")
     assert eager_forward_peak_bytes(call, inplace_fill=inplace) == measured

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from estimator import AttentionCall, get_gpu
-from estimator.backends import check_torch_version
+from estimator.call.backends import check_torch_version
 
 GOOD = dict(batch=1, q_heads=8, kv_heads=8, head_dim=64, q_len=128, kv_len=128)
 

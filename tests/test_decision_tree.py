@@ -2,7 +2,7 @@
 
 import pytest
 
-from estimator.decision_tree import ADVICE_ORDER, TREE, Node, advice_order, render_tree, walk
+from estimator.advice.tree import ADVICE_ORDER, TREE, Node, advice_order, render_tree, walk
 
 CONTRACT_IDS = (
     "profile-first attention-not-bottleneck use-fused-kernel flash-ineligible-dtype flash-ineligible-head-dim "

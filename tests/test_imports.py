@@ -13,7 +13,8 @@ def loaded(module: str) -> set[str]:
 
 
 def test_estimator_imports_no_torch_or_ui():
-    mods = loaded("estimator") | loaded("estimator.plan") | loaded("estimator.advice") | loaded("estimator.predict")
+    mods = loaded("estimator") | loaded("estimator.model.plan")
+    mods |= loaded("estimator.advice.plan_rules") | loaded("estimator.cli.predict")
     assert not {"torch", "streamlit", "plotly"} & mods
 
 

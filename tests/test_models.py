@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from estimator.models import PRESETS, ModelSpec, from_hf_config, get_preset
+from estimator.model.specs import PRESETS, ModelSpec, from_hf_config, get_preset
 
 DATA = Path(__file__).parent / "data"
 

@@ -7,18 +7,14 @@ from dataclasses import replace
 
 import pytest
 
+from estimator.call.attention import CUBLAS_WORKSPACE_BYTES
 from estimator.hardware import get_gpu
-from estimator.models import get_preset
-from estimator.plan import (
-    CUBLAS_WORKSPACE_BYTES,
-    HBM_EFFICIENCY,
-    PlanInputs,
-    make_plan,
-    matmul_params_per_layer,
-    params_per_gpu,
-)
-from estimator.plan import budget as plan_budget
-from estimator.solve import max_batch, max_seq_len, smallest_gpu
+from estimator.model.budget import budget as plan_budget
+from estimator.model.inputs import PlanInputs
+from estimator.model.plan import make_plan
+from estimator.model.solve import max_batch, max_seq_len, smallest_gpu
+from estimator.model.specs import get_preset
+from estimator.model.time import HBM_EFFICIENCY
 
 
 def inputs(preset="llama-3-8b", **kw) -> PlanInputs:
@@ -89,8 +85,8 @@ def test_weights_bytes_and_tensor_parallel_sharding():
     assert budget("llama-2-7b").weights_bytes == m.params * 2
     assert budget("llama-2-7b", dtype="float32").weights_bytes == m.params * 4
     replicated = 32 * 2 * 4096 + 4096  # RMSNorm weights stay whole on every GPU
-    assert params_per_gpu(inputs("llama-2-7b", tp=2)) == (m.params - replicated) // 2 + replicated
-    assert params_per_gpu(inputs("llama-2-7b")) == m.params
+    assert get_preset("llama-2-7b").params_per_gpu(2) == (m.params - replicated) // 2 + replicated
+    assert get_preset("llama-2-7b").params_per_gpu(1) == m.params
 
 
 def test_training_state_mixed_precision_adamw():
@@ -161,7 +157,7 @@ def test_prefill_flops_golden_llama_2_7b():
     # 2·(matmul params)·tokens + Σ_layers 4·b·h·L·S·d (PyTorch convention, causal not halved) + LM head on the
     # last position: 2·hidden·vocab·b. Matmul params per layer: 4·4096² + 3·4096·11008 = 202,375,168.
     n = 4096
-    assert matmul_params_per_layer(get_preset("llama-2-7b")) == 202_375_168
+    assert get_preset("llama-2-7b").matmul_params_per_layer == 202_375_168
     expected = 2 * 202_375_168 * 32 * n + 32 * 4 * 32 * n * n * 128 + 2 * 4096 * 32000
     plan = budget("llama-2-7b", seq_len=n)
     assert plan.prefill_flops == expected == 61_847_791_206_400
@@ -256,7 +252,7 @@ def test_selective_recompute_matches_korthikanti_without_dropout():
     # Korthikanti et al. 2022, eq. (2) with selective recomputation: 34·s·b·h bytes per layer for a GPT layer
     # (LayerNorm, 4h GELU MLP, MHA, 16-bit, with dropout). Without the two dropout masks (s·b·h each): 32·s·b·h,
     # plus what the paper neglects: each LayerNorm's fp32 mean and rstd (2 · 2 · s·b · 4 bytes).
-    from estimator.models import ModelSpec
+    from estimator.model.specs import ModelSpec
 
     gpt = ModelSpec(name="gpt", layers=4, hidden=2048, q_heads=16, kv_heads=16, head_dim=128, ffn=8192, vocab=50304,
                     gated_ffn=False, norm="layernorm")
@@ -283,7 +279,7 @@ def test_training_layer_activations_match_a_measured_hf_llama_layer(row):
     # Measured: bytes a Hugging Face LlamaDecoderLayer saves for backward (bench/bench_plan_activations.py,
     # torch 2.13 CPU, transformers 5.23, bf16). Outside the attention kernel the plan must agree exactly;
     # the kernel's own saved tensors (q, k, v, out, logsumexp) come from estimate_call on a GPU, within 1 %.
-    from estimator.models import ModelSpec
+    from estimator.model.specs import ModelSpec
 
     n = {k: int(row[k]) for k in ("batch", "seq_len", "hidden", "q_heads", "kv_heads", "head_dim", "ffn")}
     model = ModelSpec(name=row["case"], layers=1, hidden=n["hidden"], q_heads=n["q_heads"], kv_heads=n["kv_heads"],
@@ -304,7 +300,7 @@ def test_inference_peak_matches_a_measured_hf_llama_layer(row):
     # bf16). FFN-bound shapes: the new residual + normed input + gate/up/product. Math-bound shapes: normed
     # input + q + k + v + the math call's peak (a bare layer has no KV cache, so its k and v count here; in
     # the plan they live in the cache). Both to the byte, up to 16 B of profiler bookkeeping.
-    from estimator.models import ModelSpec
+    from estimator.model.specs import ModelSpec
 
     n = {k: int(row[k]) for k in ("batch", "seq_len", "hidden", "q_heads", "kv_heads", "head_dim", "ffn")}
     model = ModelSpec(name=row["case"], layers=1, hidden=n["hidden"], q_heads=n["q_heads"], kv_heads=n["kv_heads"],
@@ -330,7 +326,7 @@ def test_training_loss_peak_matches_a_measured_hf_llama(row):
     # (bench/bench_plan_activations.py --loss; CPU profiler, torch 2.13, transformers 5.23), gradients
     # preallocated, the loop holding the model output: dtype + 12 bytes per logit. Within 1 %, the rest being
     # what the tiny layer saves. (A loop that drops the output, as the HF Trainer does, measured 12 B/logit.)
-    from estimator.models import ModelSpec
+    from estimator.model.specs import ModelSpec
 
     hidden, vocab = int(row["hidden"]), int(row["vocab"])
     model = ModelSpec(name=row["case"], layers=1, hidden=hidden, q_heads=2, kv_heads=2, head_dim=hidden // 2,
@@ -356,7 +352,7 @@ def test_zero_stages_shard_the_model_state_over_data_parallel_replicas():
 
 def test_sequence_parallel_splits_korthikanti_terms_by_tp():
     # Korthikanti et al. 2022 eq. (5) with selective recompute: 34·s·b·h / t per layer; without dropout 32/t.
-    from estimator.models import ModelSpec
+    from estimator.model.specs import ModelSpec
 
     gpt = ModelSpec(name="gpt", layers=2, hidden=2048, q_heads=16, kv_heads=16, head_dim=128, ffn=8192, vocab=50304,
                     gated_ffn=False, norm="layernorm")
@@ -386,7 +382,7 @@ def test_whole_model_prefill_matches_a_measured_hf_llama(row):
     # Measured: peak live bytes above the weights of a whole LlamaForCausalLM prefill that keeps its KV cache and
     # computes last-position logits (bench/bench_plan_activations.py --model; CPU profiler, torch 2.13,
     # transformers 5.23, bf16). The plan's KV cache + peak activations must agree within 16 bytes.
-    from estimator.models import ModelSpec
+    from estimator.model.specs import ModelSpec
 
     n = {k: int(row[k]) for k in ("layers", "batch", "seq_len", "hidden", "q_heads", "kv_heads", "head_dim", "ffn",
                                   "vocab")}
@@ -404,7 +400,7 @@ def test_whole_model_training_step_is_close_to_a_measured_hf_llama(row):
     # loss are exact mechanisms; backward transients are CPU kernels' (GPU numbers: bench/bench_plan_model.py).
     # Seen: +0.01 % (FFN-bound), +0.003 % (logits-bound), -4.0 % (wide FFN: the CPU FFN backward holds about
     # 2·b·n·F more than the plan's 2·b·n·F).
-    from estimator.models import ModelSpec
+    from estimator.model.specs import ModelSpec
 
     n = {k: int(row[k]) for k in ("layers", "batch", "seq_len", "hidden", "q_heads", "kv_heads", "head_dim", "ffn",
                                   "vocab")}
@@ -450,8 +446,8 @@ def test_plan_matches_a_hugging_face_llama_measured_on_the_h200():
     import json
     from pathlib import Path
 
-    from estimator.attention import CUDA_CONTEXT_BYTES
-    from estimator.models import from_hf_config
+    from estimator.call.attention import CUDA_CONTEXT_BYTES
+    from estimator.model.specs import from_hf_config
 
     root = Path(__file__).parent.parent
     cfg = json.loads((root / "tests" / "data" / "llama-3-8b.config.json").read_text())

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from estimator.plan_cli import main
+from estimator.cli.plan import main
 
 DATA = Path(__file__).parent / "data"
 CONTRACT_KEYS = ("params weights_bytes kv_cache_bytes kv_cache_bytes_per_token attention_scores_bytes "
@@ -118,7 +118,7 @@ def test_contract_command_runs_in_a_fresh_interpreter():
 
 
 def test_plan_modules_import_no_torch_or_ui():
-    code = ("import sys, estimator.plan, estimator.plan_cli, estimator.solve, estimator.trace, estimator.models; "
+    code = ("import sys, estimator.model.plan, estimator.cli.plan, estimator.model.solve, estimator.model.trace; "
             "print(sorted(m for m in ('torch', 'streamlit', 'plotly') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             cwd=Path(__file__).parent.parent, timeout=120)

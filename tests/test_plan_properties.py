@@ -8,8 +8,9 @@ from dataclasses import replace
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from estimator.models import ModelSpec
-from estimator.plan import PlanInputs, budget
+from estimator.model.budget import budget
+from estimator.model.inputs import PlanInputs
+from estimator.model.specs import ModelSpec
 
 
 @st.composite

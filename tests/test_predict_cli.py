@@ -7,7 +7,8 @@ import sys
 
 import pandas as pd
 
-from estimator.predict import main, predict_frame
+from estimator.call.table import predict_frame
+from estimator.cli.predict import main
 
 ROW = dict(id="a", backend="auto", dtype="bfloat16", batch=2, q_heads=16, kv_heads=16, head_dim=128,
            q_len=1024, kv_len=1024, causal=0, mask="none", dropout=0.0, mode="forward")

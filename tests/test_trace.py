@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from estimator.models import get_preset
-from estimator.plan import PlanInputs, budget
-from estimator.trace import load_trace, nearest_rank, parse_trace, trace_report
+from estimator.model.budget import budget
+from estimator.model.inputs import PlanInputs
+from estimator.model.specs import get_preset
+from estimator.model.trace import load_trace, nearest_rank, parse_trace, trace_report
 
 DATA = Path(__file__).parent / "data"
 

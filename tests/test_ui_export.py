@@ -18,8 +18,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from estimator.models import get_preset  # noqa: E402
-from estimator.plan import PlanInputs, make_plan  # noqa: E402
+from estimator.model.inputs import PlanInputs  # noqa: E402
+from estimator.model.plan import make_plan  # noqa: E402
+from estimator.model.specs import get_preset  # noqa: E402
 from ui import export, sweeps  # noqa: E402
 
 CASES = {

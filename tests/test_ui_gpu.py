@@ -10,10 +10,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from estimator.attention import estimate_call  # noqa: E402
+from estimator.call.attention import estimate_call  # noqa: E402
 from estimator.hardware import get_gpu  # noqa: E402
-from estimator.models import get_preset  # noqa: E402
-from estimator.plan import PlanInputs  # noqa: E402
+from estimator.model.inputs import PlanInputs  # noqa: E402
+from estimator.model.specs import get_preset  # noqa: E402
 from ui import gpu  # noqa: E402
 
 H200 = get_gpu("h200")

@@ -1,5 +1,5 @@
 """The eager reference computation (validation/eager.py) measured on the CPU against the estimator's
-prediction for it (estimator.attention.estimate_call, backend = eager).
+prediction for it (estimator.call.attention.estimate_call, backend = eager).
 
 CPU peaks come from the profiler's memory events (contract §1); the CPU allocator does not round to
 512-B blocks, so a prediction may exceed the measurement by < 512 B per live block. Two CPU/CUDA
@@ -16,8 +16,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from estimator.attention import estimate_call
-from estimator.config import AttentionCall
+from estimator.call.attention import estimate_call
+from estimator.call.config import AttentionCall
 from estimator.hardware import get_gpu
 from validation.eager import eager_attention
 from validation.protocol import cpu_peak_extra_bytes, make_inputs, measure, run_call

@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 import pytest
 
-from estimator.config import AttentionCall
+from estimator.call.config import AttentionCall
 from validation import report
 from validation.grid import make_grid, random_sample
 
@@ -144,7 +144,7 @@ def test_report_pools_several_files(tmp_path):
 
 
 def test_report_re_predicts_with_the_current_estimator_unless_told_to_keep_the_recorded(tmp_path):
-    from estimator.attention import estimate_call
+    from estimator.call.attention import estimate_call
     from estimator.hardware import get_gpu
     path = tmp_path / "out.csv"
     pd.DataFrame([row(backend="math", predicted=1)]).to_csv(path, index=False)

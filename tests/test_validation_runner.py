@@ -21,7 +21,7 @@ SMALL = dict(batch=1, q_heads=2, head_dim=16, q_len=64)
 
 
 def fake_predict_module(peak_bytes=1 << 20, time_ms=0.01, supported=True):
-    """A stand-in for estimator.predict with fixed predictions, so the bookkeeping tests do not depend on
+    """A stand-in for estimator.call.table with fixed predictions, so the bookkeeping tests do not depend on
     the estimator's numbers."""
     def predict_frame(df, gpu, torch_version="2.11"):
         out = df.copy()
@@ -37,7 +37,7 @@ def fake_predict_module(peak_bytes=1 << 20, time_ms=0.01, supported=True):
 
 @pytest.fixture
 def fake_predict(monkeypatch):
-    monkeypatch.setitem(sys.modules, "estimator.predict", fake_predict_module())
+    monkeypatch.setitem(sys.modules, "estimator.call.table", fake_predict_module())
 
 
 def read_out(path) -> list[dict]:
@@ -93,7 +93,7 @@ def test_oom_from_measure_is_recorded_memory_freed_and_sweep_goes_on(tmp_path, f
 
 
 def test_case_predicted_beyond_free_memory_is_skipped_unless_forced(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "estimator.predict", fake_predict_module(peak_bytes=1 << 60))
+    monkeypatch.setitem(sys.modules, "estimator.call.table", fake_predict_module(peak_bytes=1 << 60))
     monkeypatch.setattr(runner, "free_bytes", lambda device: 8 << 30)
     rows = number([case("math", "float32", **SMALL)], "t")
     ran = []

@@ -17,21 +17,21 @@ import pandas as pd
 @lru_cache(maxsize=2048)
 def budget(inputs):
     """The plan without solvers (`make_plan(inputs, solve=False)`)."""
-    from estimator.plan import make_plan
+    from estimator.model.plan import make_plan
 
     return make_plan(inputs, solve=False)
 
 
 @lru_cache(maxsize=256)
 def _max_seq_len(key, inputs):
-    from estimator.solve import max_seq_len
+    from estimator.model.solve import max_seq_len
 
     return max_seq_len(inputs)
 
 
 @lru_cache(maxsize=256)
 def _max_batch(key, inputs):
-    from estimator.solve import max_batch
+    from estimator.model.solve import max_batch
 
     return max_batch(inputs)
 
@@ -49,7 +49,7 @@ def plan(inputs, *, solve: bool = True):
 
 @lru_cache(maxsize=128)
 def advice(inputs) -> tuple:
-    from estimator.advice import advise
+    from estimator.advice.plan_rules import advise
 
     return tuple(advise(inputs, make_plan=plan, estimate_call=estimate))  # the advisor re-plans through the memo
 
@@ -57,7 +57,7 @@ def advice(inputs) -> tuple:
 @lru_cache(maxsize=4096)
 def estimate(call, gpu, torch_version: str = "2.11"):
     """`estimate_call(call, gpu, torch_version)` (AttentionCall and GPU are frozen, hashable dataclasses)."""
-    from estimator.attention import estimate_call
+    from estimator.call.attention import estimate_call
 
     return estimate_call(call, gpu, torch_version)
 

@@ -45,7 +45,7 @@ def profile_template(inputs) -> dict:
 
 def input_cells(inputs, plan: dict) -> list[Named]:
     """The Inputs sheet, in order. Derived per-GPU sizes are formulas over the raw inputs."""
-    from estimator.config import DTYPE_BITS, KV_DTYPE_BITS
+    from estimator.call.config import DTYPE_BITS, KV_DTYPE_BITS
 
     m = inputs.model
     windows = list(inputs.windows)

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 
 import streamlit as st
 
-from estimator.config import BACKENDS, DTYPE_BITS, KV_DTYPE_BITS, MASKS
+from estimator.call.config import BACKENDS, DTYPE_BITS, KV_DTYPE_BITS, MASKS
 from estimator.hardware import CATALOG
 from ui.state import CALL_MODES, CHECKPOINTING, LOGITS, PLAN_MODES, ZERO_STAGES
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from estimator.config import AttentionCall
+from estimator.call.config import AttentionCall
 from estimator.hardware import GPU
 
 MAX_CALLS = 16
@@ -46,7 +46,7 @@ def plan_calls(inputs) -> list[AttentionCall]:
     """The attention calls one GPU runs for this plan, as the advisor prices them (`estimator.advice.attention_call`:
     heads split by tp, the query by cp, causal for decoders). Inference adds one decode step (q_len 1 against the
     cache); training's call is forward_backward."""
-    from estimator.advice import attention_call
+    from estimator.model.inputs import attention_call
 
     calls = [attention_call(inputs)]
     if inputs.mode == "inference" and inputs.model.kind == "decoder" and calls[0].q_len > 1:
@@ -67,7 +67,7 @@ def call_rows(calls: list[AttentionCall]) -> list[dict]:
 
 def guard(calls: list[AttentionCall], gpu: GPU, free_bytes: int) -> pd.DataFrame:
     """Each call with its prediction and whether it may run here; the reason when not."""
-    from estimator.attention import estimate_call
+    from estimator.call.attention import estimate_call
 
     budget = min(int(free_bytes * GUARD_FRACTION) - RESERVE_BYTES, MAX_CALL_BYTES)
     rows = []
@@ -119,7 +119,7 @@ def run_job(calls: list[AttentionCall], allowed: list[bool],
 
 def compare(measured: pd.DataFrame, gpu: GPU) -> pd.DataFrame:
     """Measured rows beside the estimator's prediction for each (predicted peak, relative error, backend)."""
-    from estimator.attention import estimate_call
+    from estimator.call.attention import estimate_call
 
     rows = []
     for row in measured.to_dict("records"):

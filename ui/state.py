@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from estimator.config import (
+from estimator.call.config import (
     BACKENDS,
     DTYPE_BITS,
     KV_DTYPE_BITS,
@@ -20,10 +20,10 @@ from estimator.config import (
     parse_bool,
 )
 from estimator.hardware import CATALOG, get_gpu
+from estimator.model.inputs import CHECKPOINTING, LOGITS
+from estimator.model.inputs import MODES as PLAN_MODES
 
 MODEL_SOURCES = ("preset", "custom", "hf-config")
-PLAN_MODES = ("inference", "training")
-CHECKPOINTING = ("none", "selective", "full")
 CALL_MODES = ("forward", "forward_backward")
 
 # Defaults: Llama-3-8B serving an 8k prompt on one H200 (the architecture fields describe Llama-3-8B too).
@@ -36,7 +36,6 @@ PLAN_DEFAULTS: dict = {
     "zero": 0, "micro_batch": 0, "sequence_parallel": False, "logits": "last",
 }
 ZERO_STAGES = (0, 1, 2, 3)
-LOGITS = ("last", "all")
 ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "gated_ffn", "tied_embeddings")
 _INT_LIMITS = {"layers": 4096, "hidden": 1 << 20, "heads": 1 << 16, "kv_heads": 1 << 16, "head_dim": 1 << 16,
                "ffn": 1 << 22, "vocab": 1 << 24, "seq_len": MAX_SEQ_LEN, "batch": 1 << 20, "gpus": 1 << 16,
@@ -157,7 +156,7 @@ def spec_from_config_bytes(data: bytes, name: str = "config"):
     """A ModelSpec from an uploaded Hugging Face config.json (bytes)."""
     import json
 
-    from estimator.models import from_hf_config
+    from estimator.model.specs import from_hf_config
 
     try:
         cfg = json.loads(data.decode("utf-8"))
@@ -177,7 +176,7 @@ def arch_values(spec) -> dict:
 
 def model_from_values(values: Mapping, config_spec=None):
     """The model the form describes: a preset, the uploaded config, or the custom architecture fields."""
-    from estimator.models import ModelSpec, get_preset
+    from estimator.model.specs import ModelSpec, get_preset
 
     source = values.get("source", "preset")
     if source == "preset":
@@ -194,7 +193,7 @@ def model_from_values(values: Mapping, config_spec=None):
 
 def plan_inputs(values: Mapping, config_spec=None):
     """PlanInputs from form values (window 0 = the model's own windows)."""
-    from estimator.plan import PlanInputs
+    from estimator.model.inputs import PlanInputs
 
     return PlanInputs(model=model_from_values(values, config_spec), seq_len=values["seq_len"], batch=values["batch"],
                       dtype=values["dtype"], kv_dtype=values["kv_dtype"], mode=values["mode"],

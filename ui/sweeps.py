@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
-from estimator.config import MAX_SEQ_LEN, SDPA_BACKENDS, AttentionCall
+from estimator.call.config import MAX_SEQ_LEN, SDPA_BACKENDS, AttentionCall
 from estimator.hardware import GPU
 
 GIB = 2**30
@@ -35,8 +35,8 @@ def _with_n(call: AttentionCall, n: int) -> AttentionCall:
 def call_sweep(call: AttentionCall, gpu: GPU, ns: Iterable[int], *, torch_version: str = "2.11",
                backends: Sequence[str] = SWEEP_BACKENDS, estimate=None) -> pd.DataFrame:
     """Per n and backend: peak extra bytes (contract §1), inputs and their sum; NaN where unsupported.
-    `estimate` defaults to `estimator.attention.estimate_call` (the app passes a memoised one)."""
-    from estimator.attention import estimate_call
+    `estimate` defaults to `estimator.call.attention.estimate_call` (the app passes a memoised one)."""
+    from estimator.call.attention import estimate_call
 
     estimate_call = estimate or estimate_call
 
@@ -55,7 +55,7 @@ def call_sweep(call: AttentionCall, gpu: GPU, ns: Iterable[int], *, torch_versio
 
 def backend_table(call: AttentionCall, gpu: GPU, *, torch_version: str = "2.11", estimate=None) -> pd.DataFrame:
     """One row per backend for this call: can it run, why not, its peak, time and FLOPs."""
-    from estimator.attention import estimate_call
+    from estimator.call.attention import estimate_call
 
     estimate_call = estimate or estimate_call
 
@@ -92,7 +92,7 @@ def budget_table(components: Sequence[tuple[str, int]], total_bytes: int | None 
 def plan_sweep(inputs, ns: Iterable[int], *, backends: Sequence[str] = SWEEP_BACKENDS, plan_fn=None) -> pd.DataFrame:
     """Per n and forced backend: the plan's total bytes per GPU (None where the backend cannot run).
     `plan_fn(inputs)` defaults to `make_plan(inputs, solve=False)` (the app passes a memoised one)."""
-    from estimator.plan import make_plan
+    from estimator.model.plan import make_plan
 
     plan_fn = plan_fn or (lambda inp: make_plan(inp, solve=False))
 
@@ -114,7 +114,7 @@ def plan_sweep(inputs, ns: Iterable[int], *, backends: Sequence[str] = SWEEP_BAC
 
 
 def trace_table(report: dict) -> pd.DataFrame:
-    """`estimator.trace.trace_report`'s percentiles as rows: percentile, n, bytes, fit, prefill and decode times."""
+    """`estimator.model.trace.trace_report`'s percentiles as rows: percentile, n, bytes, fit, prefill and decode times."""
     rows = []
     for name, point in report["percentiles"].items():
         rows.append({"percentile": name.upper(), "n": int(point["seq_len"]), "total_bytes": int(point["total_bytes"]),

@@ -13,11 +13,11 @@ import sys
 import numpy as np
 import pandas as pd
 
-from estimator.attention import estimate_columns
-from estimator.flops import executed_flops
+from estimator.call.attention import estimate_columns
+from estimator.call.flops import executed_flops
+from estimator.call.table import calls_from_frame
+from estimator.call.timing import hbm_bytes
 from estimator.hardware import get_gpu
-from estimator.predict import calls_from_frame
-from estimator.timing import hbm_bytes
 
 
 def fit(frames: list[pd.DataFrame], gpu_name: str = "h200") -> pd.DataFrame:

@@ -19,9 +19,9 @@ import tempfile
 
 import torch
 
-from estimator.attention import CUDA_CONTEXT_BYTES
-from estimator.plan import make_plan
-from estimator.plan_cli import build_parser, inputs_from_args
+from estimator.call.attention import CUDA_CONTEXT_BYTES
+from estimator.cli.plan import build_parser, inputs_from_args
+from estimator.model.plan import make_plan
 from validation.grid import write_csv
 
 

@@ -1,6 +1,6 @@
 """`python -m validation report OUT.csv`: how far the estimator is from the measurements.
 
-Pure pandas (plus `estimator.predict` when a CSV has no predictions yet, e.g. the lead's calibration
+Pure pandas (plus `estimator.call.table` when a CSV has no predictions yet, e.g. the lead's calibration
 runs): no torch, so it runs and is tested anywhere. Sections: status counts; the peak error table per
 backend × mode × dtype (share within max(3 %, 2 MiB), median and worst relative error, wrong backend
 predictions, supported mismatches); the worst cases; the seeds' doubling check (seed 000 §2 and §8:
@@ -120,11 +120,11 @@ def torch_for(df: pd.DataFrame) -> str | None:
 
 
 def add_predictions(df: pd.DataFrame, gpu: str, torch_version: str | None) -> pd.DataFrame:
-    """predicted_* columns from estimator.predict.predict_frame (pure Python, no torch)."""
+    """predicted_* columns from estimator.call.table.predict_frame (pure Python, no torch)."""
     try:
-        from estimator.predict import predict_frame
+        from estimator.call.table import predict_frame
     except ImportError as exc:
-        raise ValueError(f"report: the CSV has no predictions and estimator.predict is unavailable ({exc})") from None
+        raise ValueError(f"report: the CSV has no predictions and estimator.call.table is unavailable ({exc})") from None
     inputs = df[[c for c in CALL_FIELDS if c in df.columns]].astype(object)
     kwargs = {"torch_version": torch_version} if torch_version else {}
     try:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from estimator.config import AttentionCall
+from estimator.call.config import AttentionCall
 from validation.protocol import environment, measure
 
 CALL_FIELDS = ("backend", "dtype", "batch", "q_heads", "kv_heads", "head_dim", "q_len", "kv_len",
@@ -151,7 +151,7 @@ def call_from_row(row: dict) -> AttentionCall:
 
 
 def predict_rows(rows: list[dict], gpu: str, torch_version: str | None) -> tuple[list[dict], str]:
-    """predicted_* columns per row from estimator.predict.predict_frame, and a note ('' when all is well).
+    """predicted_* columns per row from estimator.call.table.predict_frame, and a note ('' when all is well).
     An estimator that is missing or fails leaves the predictions empty rather than stopping the sweep."""
     empty = [{c: "" for c in PREDICTED} for _ in rows]
     if not rows:
@@ -159,9 +159,9 @@ def predict_rows(rows: list[dict], gpu: str, torch_version: str | None) -> tuple
     try:
         import pandas as pd
 
-        from estimator.predict import predict_frame
+        from estimator.call.table import predict_frame
     except ImportError as exc:
-        return empty, f"no predictions: estimator.predict is not available ({exc})"
+        return empty, f"no predictions: estimator.call.table is not available ({exc})"
     frame = pd.DataFrame([{k: row.get(k) if row.get(k) not in (None, "") else CALL_DEFAULTS.get(k, "")
                            for k in CALL_FIELDS} for row in rows], dtype=object)
     kwargs = {} if torch_version is None else {"torch_version": torch_version}

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import MAX_DIM, MAX_SEQ_LEN, check_positive_int
+from estimator.call.config import MAX_DIM, MAX_SEQ_LEN, check_positive_int
 
 KINDS = ("decoder", "encoder")
 NORMS = ("rmsnorm", "layernorm")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from estimator.shapes import Calls, Timeline, cdiv, round_up
+from estimator.call.shapes import Calls, Timeline, cdiv, round_up
 
 CUDNN_FWD_WORKSPACE_BYTES = 256  # measured: cuDNN's forward graph asks for 256 B on sm90 (trace)
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from estimator.call.shapes import Calls
 from estimator.hardware import GPU
-from estimator.shapes import Calls
 
 # (flop_eff, bw_eff, overhead_ms) per (backend, forward_backward); fitted as described above.
 EFFICIENCY = {

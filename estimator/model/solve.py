@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .config import MAX_SEQ_LEN
-from .hardware import CATALOG
-from .plan import CUDA_CONTEXT_BYTES, PlanInputs, budget, model_state
+from estimator.call.attention import CUDA_CONTEXT_BYTES
+from estimator.call.config import MAX_SEQ_LEN
+from estimator.hardware import CATALOG
+from estimator.model.budget import budget, model_state
+from estimator.model.inputs import PlanInputs
 
 MAX_BATCH = 1 << 20
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64)

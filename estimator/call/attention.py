@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from estimator import backends, flops, memory, timing
-from estimator.allocator import replay_fits
-from estimator.config import AttentionCall
+from estimator.call import backends, flops, memory, timing
+from estimator.call.allocator import replay_fits
+from estimator.call.config import AttentionCall
+from estimator.call.shapes import Calls
 from estimator.hardware import GPU
-from estimator.shapes import Calls
 
 # Device memory that PyTorch cannot hand out: the CUDA context, kernel images, cuBLAS/cuDNN handles.
 # Measured on the H200 (torch 2.11): total_memory 150,109,880,320 − mem_get_info() free after a

@@ -1,4 +1,4 @@
-"""FLOPs and roofline time of a whole-model plan (split out of plan.py): prefill, decode per token and the
+"""FLOPs and roofline time of a whole-model plan : prefill, decode per token and the
 training step, and the attention / FFN / embedding shares. Pure arithmetic over the plan's inputs and the
 attention estimator's per-layer estimates."""
 
@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .config import DTYPE_BITS
-from .hardware import GPU
+from estimator.call.config import element_bytes
+from estimator.call.shapes import cdiv
+from estimator.hardware import GPU
 
 if TYPE_CHECKING:
-    from .plan import PlanInputs, _LayerAttention
+    from estimator.model.inputs import LayerAttention, PlanInputs
 
 # Roofline efficiencies. GEMM: median achieved / dense peak of Llama-3-8B-shaped bf16 GEMMs on the H200, 0.689
 # over 20 shapes (0.37 at 512 tokens to 0.78 at 32k; validation/data/h200_bench_plan_gemm.csv,
@@ -24,7 +25,7 @@ HBM_EFFICIENCY = 0.80  # achieved / datasheet bandwidth for streaming reads (dec
 
 # --- FLOPs and time -----------------------------------------------------------------------------------------
 
-def plan_flops(inputs: PlanInputs, attn: list[_LayerAttention], *, unsupported: bool) -> dict:
+def plan_flops(inputs: PlanInputs, attn: list[LayerAttention], *, unsupported: bool) -> dict:
     """Whole-model FLOPs, PyTorch FlopCounterMode convention (2 per multiply-add; attention 4·B·H·L·S·D per
     layer, causal not halved). `forward_executed` scales each layer's attention by the estimator's
     executed/counted ratio (fused kernels skip masked causal tiles). Training step = 3 × forward
@@ -60,7 +61,7 @@ def plan_flops(inputs: PlanInputs, attn: list[_LayerAttention], *, unsupported: 
             "decode": decode, "shares": shares}
 
 
-def plan_times(inputs: PlanInputs, attn: list[_LayerAttention], gpu: GPU, params_gpu: int, weights: int,
+def plan_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_gpu: int, weights: int,
            kv_cache: int, flops: dict, *, unsupported: bool) -> dict:
     """Per-GPU wall time (ms), an ESTIMATE: GEMMs and memory-bound passes by roofline,
     t = max(FLOPs / (peak·GEMM_EFFICIENCY), bytes / (HBM bandwidth·HBM_EFFICIENCY)), attention cores from
@@ -71,8 +72,8 @@ def plan_times(inputs: PlanInputs, attn: list[_LayerAttention], gpu: GPU, params
     peak = gpu.peak_flops_per_s[inputs.dtype] * GEMM_EFFICIENCY
     bw = gpu.hbm_bytes_per_s * HBM_EFFICIENCY
     b, n, H, tp = inputs.batch_per_gpu, inputs.tokens_per_gpu, m.hidden, inputs.tp
-    hq, hk, d, F = inputs.q_heads_per_gpu, inputs.kv_heads_per_gpu, m.head_dim, ceil_div(m.ffn, tp)
-    V = ceil_div(m.vocab, tp) if m.kind == "decoder" else m.vocab
+    hq, hk, d, F = inputs.q_heads_per_gpu, inputs.kv_heads_per_gpu, m.head_dim, cdiv(m.ffn, tp)
+    V = cdiv(m.vocab, tp) if m.kind == "decoder" else m.vocab
     T = b * n  # tokens on this GPU
 
     def roof_ms(flop_count: float, byte_count: float) -> float:
@@ -117,7 +118,7 @@ def plan_times(inputs: PlanInputs, attn: list[_LayerAttention], gpu: GPU, params
     decode_ms = decode_tps = None
     if m.kind == "decoder" and inputs.mode == "inference":
         decode_gpu_flops = b * (2 * (m.layers * (attn_mat + ffn_mat) + H * V)
-                                + sum(a.layers * 4 * hq * ceil_div(a.span, inputs.cp) * d for a in attn))
+                                + sum(a.layers * 4 * hq * cdiv(a.span, inputs.cp) * d for a in attn))
         decode_ms = roof_ms(decode_gpu_flops, weights + kv_cache + b * V * (es + 4))
         decode_tps = inputs.batch / (decode_ms / 1e3)
     shares = {k: safe_share(v, step_ms) for k, v in parts.items()}
@@ -125,14 +126,6 @@ def plan_times(inputs: PlanInputs, attn: list[_LayerAttention], gpu: GPU, params
             "prefill_tokens_per_s": inputs.batch * inputs.seq_len / (forward_ms / 1e3) if forward_ms else 0.0,
             "decode_tokens_per_s": decode_tps, "attention_share": shares["attention"], "ffn_share": shares["ffn"],
             "embedding_share": shares["embedding"], "other_share": max(0.0, 1.0 - sum(shares.values()))}
-
-
-def element_bytes(dtype: str) -> int:
-    return DTYPE_BITS[dtype] // 8
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def safe_share(part: float, total: float) -> float:

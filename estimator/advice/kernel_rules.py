@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .advice_core import (
+from estimator.advice.core import (
     FUSED,
     Advice,
     _call_advice,
@@ -14,8 +14,8 @@ from .advice_core import (
     gib,
     ms,
 )
-from .config import AttentionCall
-from .hardware import CATALOG
+from estimator.call.config import AttentionCall
+from estimator.hardware import CATALOG
 
 # --- kernel rules (one layer's attention call) -------------------------------------------------------------------
 
@@ -119,8 +119,8 @@ def _inplace_saving_bytes(call: AttentionCall) -> int:
 def eager_forward_peak_bytes(call: AttentionCall, *, inplace_fill: bool) -> int:
     """Peak extra bytes of the eager forward under torch.no_grad(), with the causal/bool mask fill out of
     place (validation/eager.py) or in place (`masked_fill_`, seed 004): `memory.eager_timeline`."""
-    from .memory import eager_timeline
-    from .shapes import Calls
+    from estimator.call.memory import eager_timeline
+    from estimator.call.shapes import Calls
 
     c = Calls.from_call(dataclasses.replace(call, mode="forward"))
     return int(eager_timeline(c, inplace_fill=inplace_fill).peak)

@@ -6,9 +6,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .config import AttentionCall
-from .decision_tree import ADVICE_ORDER
-from .hardware import get_gpu
+from estimator.advice.tree import ADVICE_ORDER
+from estimator.call.config import AttentionCall
+from estimator.hardware import get_gpu
+from estimator.model.inputs import attention_call
 
 FUSED = ("cudnn", "flash", "efficient")
 ATTENTION_BOTTLENECK_SHARE = 0.40  # seed 000 §4: "profile 确认 attention >40% forward 再投入"
@@ -73,25 +74,6 @@ def ms(time_ms: float | None) -> str:
 
 
 # --- what the plan and the estimator are asked ----------------------------------------------------------------
-
-
-def attention_call(inputs, **changes) -> AttentionCall:
-    """The attention call that one GPU runs for the plan's widest layer, as `plan.py` models it: batch per replica,
-    heads split by tp; a global layer is (seq_len × seq_len), causal for decoders; a windowed layer a dense
-    (seq_len × min(seq_len, w)) band; under context parallel one (seq_len/cp)² ring block, not causal.
-    Forward for inference, forward_backward for training. `changes` override fields."""
-    windows = inputs.windows
-    span = inputs.seq_len if None in windows else min(inputs.seq_len, max(windows))
-    q_len, kv_len = inputs.seq_len, span
-    causal = inputs.model.kind == "decoder" and span == inputs.seq_len
-    if inputs.cp > 1:
-        q_len, kv_len, causal = inputs.tokens_per_gpu, min(span, inputs.tokens_per_gpu), False
-    fields = dict(batch=inputs.batch_per_gpu, q_heads=inputs.q_heads_per_gpu, kv_heads=inputs.kv_heads_per_gpu,
-                  head_dim=inputs.model.head_dim, q_len=q_len, kv_len=kv_len, dtype=inputs.dtype, causal=causal,
-                  mask="none", mode="forward_backward" if inputs.mode == "training" else "forward",
-                  backend=inputs.backend)
-    fields.update(changes)
-    return AttentionCall(**fields)
 
 
 class _Context:

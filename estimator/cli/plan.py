@@ -11,10 +11,12 @@ import json
 import sys
 from dataclasses import replace
 
-from .config import BACKENDS, KV_DTYPE_BITS
-from .hardware import CATALOG
-from .models import PRESETS, ModelSpec, from_hf_config, get_preset
-from .plan import CHECKPOINTING, LOGITS, MODES, Plan, PlanInputs, make_plan
+from estimator.call.config import BACKENDS, KV_DTYPE_BITS
+from estimator.hardware import CATALOG
+from estimator.model.budget import Plan
+from estimator.model.inputs import CHECKPOINTING, LOGITS, MODES, PlanInputs
+from estimator.model.plan import make_plan
+from estimator.model.specs import PRESETS, ModelSpec, from_hf_config, get_preset
 
 # PlanInputs / ModelSpec field → the flag that sets it, so that errors name what the user typed.
 FLAG_OF = {"seq_len": "--seq-len", "batch": "--batch", "dtype": "--dtype", "kv_dtype": "--kv-dtype",
@@ -159,11 +161,11 @@ def main(argv: list[str] | None = None) -> int:
         plan = make_plan(inputs)
         result = plan.to_dict()
         if args.smallest_gpu:
-            from .solve import smallest_gpu
+            from estimator.model.solve import smallest_gpu
 
             result["gpu_choices"] = [vars(c) for c in smallest_gpu(inputs)]
         if args.trace:
-            from .trace import load_trace, trace_report
+            from estimator.model.trace import load_trace, trace_report
 
             result["trace"] = trace_report(inputs, load_trace(args.trace))
     except ValueError as exc:
@@ -211,7 +213,7 @@ def format_table(plan: Plan, result: dict) -> str:
     if "gpu_choices" in result and not result["gpu_choices"]:
         lines.append("  fits on no catalog GPU with up to 64 GPUs")
     if "trace" in result:
-        from .trace import format_trace
+        from estimator.model.trace import format_trace
 
         lines += ["", format_trace(result["trace"])]
     lines += ["", "assumptions"] + [f"  - {a}" for a in plan.assumptions]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .advice_core import (
+from estimator.advice.core import (
     ATTENTION_BOTTLENECK_SHARE,
     KV_DOMINATES_SHARE,
     KV_QUANT_DTYPE,
@@ -24,15 +24,14 @@ from .advice_core import (
     Advice,
     _Context,
     _plan_advice,
-    attention_call,
     gib,
     ms,
 )
-from .advice_kernel import eager_forward_peak_bytes, rule_eager, rule_fused
+from estimator.advice.kernel_rules import eager_forward_peak_bytes, rule_eager, rule_fused
 
-__all__ = ["Advice", "advise", "attention_call", "eager_forward_peak_bytes", "gib", "ms"]
-from .config import KV_DTYPE_BITS
-from .decision_tree import ADVICE_ORDER
+__all__ = ["Advice", "advise", "eager_forward_peak_bytes", "gib", "ms"]
+from estimator.advice.tree import ADVICE_ORDER
+from estimator.call.config import KV_DTYPE_BITS
 
 # --- plan rules (the whole model on one GPU) ---------------------------------------------------------------------
 
@@ -338,9 +337,9 @@ def advise(inputs, *, mask: str = "none", cached_len: int = 0, make_plan=None, e
     rules use them; the plan's totals do not include them. `make_plan` / `estimate_call` default to the
     estimator's own; tests may pass others."""
     if make_plan is None:
-        from .plan import make_plan
+        from estimator.model.plan import make_plan
     if estimate_call is None:
-        from .attention import estimate_call
+        from estimator.call.attention import estimate_call
     ctx = _Context(inputs, make_plan, estimate_call, torch_version or getattr(inputs, "torch_version", "2.11"),
                    mask, int(cached_len))
     found: dict[str, Advice] = {}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from estimator.shapes import Calls, cdiv, round_up
+from estimator.call.shapes import Calls, cdiv, round_up
 
 CAUSAL_TILE = 128  # fused kernels skip key tiles above the diagonal; 128-row tiles (FA2 kBlockM) [approx]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from estimator.shapes import Calls
+from estimator.call.shapes import Calls
 
 TORCH_VERSIONS = ("2.11", "2.13")
 DEFAULT_TORCH = "2.11"  # the newest version validated on a GPU (validation/data)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from estimator.config import DTYPE_BITS, AttentionCall
+from estimator.call.config import DTYPE_BITS, AttentionCall
 
 ALLOC_GRANULE_BYTES = 512  # CUDA caching allocator: every block rounded up to 512 B (c10 kMinBlockSize)
 # c10/cuda/CUDACachingAllocator.cpp: a request of at least kMinLargeAlloc (10 MiB) gets a segment rounded up

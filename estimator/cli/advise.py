@@ -10,8 +10,8 @@ import argparse
 import json
 import sys
 
-from .config import MASKS, check_positive_int
-from .plan_cli import add_plan_arguments, inputs_from_args
+from estimator.call.config import MASKS, check_positive_int
+from estimator.cli.plan import add_plan_arguments, inputs_from_args
 
 
 class _Parser(argparse.ArgumentParser):
@@ -52,12 +52,12 @@ def format_advice(items) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.tree:
-        from .decision_tree import render_tree
+        from estimator.advice.tree import render_tree
 
         print(render_tree())
         return 0
     try:
-        from .advice import advise
+        from estimator.advice.plan_rules import advise
 
         inputs = inputs_from_args(args)
         items = advise(inputs, **_call_options(args))

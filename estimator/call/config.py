@@ -35,6 +35,11 @@ def normalize_dtype(value: str, *, field: str = "dtype", allowed: dict[str, int]
     return name
 
 
+def element_bytes(dtype: str) -> int:
+    """Bytes per element of a float dtype (float16/bfloat16 2, float32 4)."""
+    return DTYPE_BITS[dtype] // 8
+
+
 def check_positive_int(field: str, value, maximum: int) -> int:
     """Return value as int if it is a whole number in [1, maximum]; ValueError naming the field otherwise."""
     if isinstance(value, bool):

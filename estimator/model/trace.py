@@ -15,8 +15,9 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from .config import MAX_SEQ_LEN
-from .plan import PlanInputs, budget
+from estimator.call.config import MAX_SEQ_LEN
+from estimator.model.budget import budget
+from estimator.model.inputs import PlanInputs
 
 COLUMNS = ("seq_len", "n", "tokens")
 PERCENTILES = (50, 90, 99)
@@ -87,7 +88,7 @@ def trace_report(inputs: PlanInputs, trace: tuple[list[int], list[str]] | list[i
     requests whose n fits. Lengths below cp are planned at cp."""
     lengths, skipped = trace if isinstance(trace, tuple) else (list(trace), [])
     ordered = sorted(lengths)
-    from .solve import max_seq_len
+    from estimator.model.solve import max_seq_len
 
     limit = max_seq_len(inputs)
     points = {}

@@ -1,0 +1,1 @@
+"""`python -m estimator {predict,plan,advise}`: argument parsing and output only."""

@@ -1,0 +1,166 @@
+"""Whole-model capacity plan: the per-GPU memory budget, FLOPs and time of a prefill (inference) or of one
+mixed-precision AdamW step (training), built on the attention estimator (`estimate_call`).
+
+All byte figures are per GPU and exact ints; FLOP figures are for the whole model (all GPUs together).
+Every assumption a figure rests on is listed in `Plan.assumptions`; docs/plan.md explains them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from estimator.call.attention import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
+from estimator.call.config import KV_DTYPE_BITS, element_bytes
+from estimator.call.shapes import cdiv
+from estimator.model.activations import inference_activations, training_peak
+from estimator.model.assumptions import assumptions
+from estimator.model.inputs import PlanInputs, Sizes, attention_layers, gpu_of
+from estimator.model.time import plan_flops, plan_times
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """The answer. `to_dict()` has every key of ../shared/contract.md §3 (bytes per GPU as ints)."""
+
+    inputs: PlanInputs
+    supported: bool
+    verdict: str
+    selected_backend: str
+    params: int
+    params_per_gpu: int
+    weights_bytes: int
+    kv_cache_bytes: int
+    kv_cache_bytes_per_token: int
+    kv_cache_bytes_per_sequence: int
+    attention_scores_bytes: int
+    textbook_scores_bytes: int
+    activation_bytes: int
+    gradient_bytes: int
+    optimizer_bytes: int
+    workspace_bytes: int
+    total_bytes: int
+    capacity_bytes: int
+    fits: bool
+    prefill_flops: int
+    prefill_executed_flops: int
+    training_step_flops: int
+    decode_flops_per_token: int | None
+    prefill_time_ms: float
+    step_time_ms: float
+    decode_time_ms_per_token: float | None
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float | None
+    attention_share: float
+    ffn_share: float
+    embedding_share: float
+    other_share: float
+    flops_shares: dict[str, float] = field(hash=False)
+    components: tuple[tuple[str, int], ...]
+    activation_detail: dict[str, int] = field(hash=False)
+    assumptions: tuple[str, ...]
+    max_seq_len: int | None = None  # filled by make_plan's solvers
+    max_batch: int | None = None
+
+    def to_dict(self) -> dict:
+        out = {k: v for k, v in asdict(self).items() if k not in ("inputs", "components")}
+        out["components"] = [{"component": c, "bytes": b} for c, b in self.components]
+        inp = self.inputs
+        out["inputs"] = {k: getattr(inp, k) for k in ("seq_len", "batch", "dtype", "kv_dtype", "mode",
+                                                       "checkpointing", "window", "backend", "gpu", "gpus",
+                                                       "tp", "cp", "torch_version", "logits",
+                                                       "sequence_parallel", "micro_batch", "zero",
+                                                       "persistent_grads")}
+        out["inputs"]["model"] = inp.model.name
+        out["model"] = {**asdict(inp.model), "params": inp.model.params}
+        out["assumptions"] = list(self.assumptions)
+        return out
+
+
+def model_state(inputs: PlanInputs) -> tuple[int, int, int]:
+    """(weights, gradients, optimizer state) bytes per GPU. Training: 16-bit weights and gradients, fp32 master
+    weights and two fp32 moments = 2 + 2 + 12 B/param (fp32 training 4 + 4 + 8; Rajbhandari et al. 2020, ZeRO
+    §3.1); ZeRO stage z shards the optimizer (z ≥ 1), gradients (z ≥ 2) and weights (z = 3) over the
+    data-parallel replicas. Stage 3 adds the gathered weights of two layers (the current and the prefetched)."""
+    es = element_bytes(inputs.dtype)
+    params = inputs.model.params_per_gpu(inputs.tp)
+    if inputs.mode != "training":
+        return params * es, 0, 0
+    dp, z, m = inputs.dp, inputs.zero, inputs.model
+    weights = params * es if z < 3 else cdiv(params * es, dp) + 2 * (params // m.layers) * es
+    grads = params * es if z < 2 else cdiv(params * es, dp)
+    optimizer = params * (12 if es < 4 else 8)
+    return weights, grads, optimizer if z < 1 else cdiv(optimizer, dp)
+
+
+def budget(inputs: PlanInputs) -> Plan:
+    """Memory, FLOPs and time of the plan without the solvers. Per-GPU bytes, whole-model FLOPs."""
+    m, gpu = inputs.model, gpu_of(inputs)
+    es, b, n, tp = element_bytes(inputs.dtype), inputs.batch_per_gpu, inputs.tokens_per_gpu, inputs.tp
+    hq, hk, d = inputs.q_heads_per_gpu, inputs.kv_heads_per_gpu, m.head_dim
+    z = Sizes(b=b, n=n, F=cdiv(m.ffn, tp), V=cdiv(m.vocab, tp) if m.kind == "decoder" else m.vocab, es=es,
+               q=b * n * hq * d * es, kv=2 * b * n * hk * d * es, resid=b * n * m.hidden * es)
+    training = inputs.mode == "training"
+    attn = attention_layers(inputs)
+    unsupported = [a for a in attn if not a.memory.supported or not a.timing.supported
+                   or (a.forward_timing is not None and not a.forward_timing.supported)]
+    selected = attn[-1].memory.selected_backend if not unsupported else "none"  # the longest-span layers'
+    verdict = ""
+    if unsupported:
+        est = unsupported[0].timing if not unsupported[0].timing.supported else unsupported[0].memory
+        reasons = est.reasons.get(inputs.backend, ()) or tuple(r for rs in est.reasons.values() for r in rs)
+        verdict = f"backend {inputs.backend} cannot run this attention call: " + "; ".join(reasons or ("unknown",))
+
+    params_gpu = inputs.model.params_per_gpu(inputs.tp)
+    weights, grads, optimizer = model_state(inputs)
+    # KV cache (decoder inference): Σ_layers 2·hk·d·min(seq_len, w)/cp·b·kv_bits/8, kept in bits until the end.
+    kv_bits = KV_DTYPE_BITS[inputs.kv_dtype]
+    decoder = m.kind == "decoder"
+    per_token_bits = m.layers * 2 * hk * d * kv_bits if decoder else 0
+    seq_bits = sum(a.layers * 2 * hk * d * kv_bits * cdiv(a.span, inputs.cp) for a in attn) if decoder else 0
+    kv_cache = 0 if training else cdiv(seq_bits * b, 8)
+
+    scores_live = textbook = 0
+    detail: dict[str, int] = {}
+    activations, grads_live = 0, grads
+    if not unsupported:
+        # textbook b·h·L·S·es of what is alive at the peak: every layer's when training keeps them all
+        keep_all = training and inputs.checkpointing == "none"
+        per_layer = [(a.memory.scores_bytes, a.layers, a.memory.selected_backend in ("math", "eager")) for a in attn]
+        textbook = sum(sb * k for sb, k, _ in per_layer) if keep_all else max(sb for sb, _, _ in per_layer)
+        live = [(sb, k) for sb, k, mat in per_layer if mat]
+        if live:
+            scores_live = sum(sb * k for sb, k in live) if keep_all else max(sb for sb, _ in live)
+        if training:
+            activations, grads_live, detail = training_peak(inputs, attn, z, grads)
+        else:
+            activations, detail = inference_activations(inputs, attn, z, kv_bits)
+
+    if training:
+        workspace = 2 * CUBLAS_WORKSPACE_BYTES  # forward thread and autograd thread
+        grads_name = "gradients" if grads_live == grads else "gradients (allocated at the peak)"
+        components = (("weights", weights), (grads_name, grads_live), ("optimizer state", optimizer),
+                      ("activations", activations), ("cuBLAS workspaces", workspace),
+                      ("CUDA context", CUDA_CONTEXT_BYTES))
+    else:
+        workspace = CUBLAS_WORKSPACE_BYTES
+        components = (("weights", weights), ("kv cache", kv_cache), ("activations (peak layer)", activations),
+                      ("cuBLAS workspace", workspace), ("CUDA context", CUDA_CONTEXT_BYTES))
+    total = sum(c for _, c in components)
+    capacity = gpu.memory_bytes
+    fits = not unsupported and total <= capacity
+    if not unsupported:
+        verdict = (f"fits: {total / 2**30:.2f} GiB of {capacity / 2**30:.2f} GiB per GPU" if fits else
+                   f"does not fit: {total / 2**30:.2f} GiB needed, {capacity / 2**30:.2f} GiB per GPU")
+
+    flops = plan_flops(inputs, attn, unsupported=bool(unsupported))
+    times = plan_times(inputs, attn, gpu, params_gpu, weights, kv_cache, flops, unsupported=bool(unsupported))
+    return Plan(
+        inputs=inputs, supported=not unsupported, verdict=verdict, selected_backend=selected, params=m.params,
+        params_per_gpu=params_gpu, weights_bytes=weights, kv_cache_bytes=kv_cache,
+        kv_cache_bytes_per_token=cdiv(per_token_bits, 8), kv_cache_bytes_per_sequence=cdiv(seq_bits, 8),
+        attention_scores_bytes=scores_live, textbook_scores_bytes=textbook, activation_bytes=activations,
+        gradient_bytes=grads, optimizer_bytes=optimizer, workspace_bytes=workspace, total_bytes=total,
+        capacity_bytes=capacity, fits=fits, prefill_flops=flops["forward"],
+        prefill_executed_flops=flops["forward_executed"], training_step_flops=flops["step"],
+        decode_flops_per_token=flops["decode"], flops_shares=flops["shares"], components=components,
+        activation_detail=detail, assumptions=assumptions(inputs), **times)

@@ -1,0 +1,219 @@
+"""What a plan is asked (`PlanInputs`), the per-GPU sizes derived from it, and the attention call each layer
+makes (`attention_call`, `attention_layers`): the vocabulary every other module of the model room shares.
+
+Notation in formula comments: b batch per data-parallel replica, n tokens per GPU (seq_len / cp), H hidden,
+F ffn / tp, hq and hk query and kv heads per GPU (/ tp), d head_dim, V vocab / tp, es element bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from estimator.call.attention import estimate_call
+from estimator.call.backends import DEFAULT_TORCH, check_torch_version
+from estimator.call.config import (
+    BACKENDS,
+    KV_DTYPE_BITS,
+    MAX_SEQ_LEN,
+    AttentionCall,
+    check_positive_int,
+    normalize_dtype,
+    parse_bool,
+)
+from estimator.hardware import GPU, get_gpu
+from estimator.model.specs import ModelSpec
+
+MODES = ("inference", "training")
+CHECKPOINTING = ("none", "selective", "full")
+LOGITS = ("last", "all")
+KV_ALIASES = {"fp8": "float8", "e4m3": "float8", "e5m2": "float8", "float8_e4m3fn": "float8",
+              "float8_e5m2": "float8", "q8": "int8", "q4": "int4"}
+
+# CUBLAS_WORKSPACE_BYTES: 32 MiB per (thread, stream) once a GEMM ran (sdpa-internals.md §0.4, measured);
+# CUDA_CONTEXT_BYTES: what PyTorch cannot hand out (context, kernel images), measured on the H200.
+# Both come from the attention estimator so that the plan and estimate_call agree.
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanInputs:
+    """One planning question. Change one input with `dataclasses.replace(inputs, ...)`, then `make_plan`."""
+
+    model: ModelSpec
+    seq_len: int  # tokens per sequence (encoders: patches + class token)
+    batch: int = 1  # sequences in the whole job (split over data-parallel replicas)
+    dtype: str = "bfloat16"  # weights and activations
+    kv_dtype: str | None = None  # KV-cache storage (inference); None = dtype
+    mode: str = "inference"  # inference (prefill keeping the KV cache, then decode) | training (one AdamW step)
+    checkpointing: str = "none"  # training: none | selective (attention core recomputed) | full (per layer)
+    window: int | None = None  # sliding window for every layer; None = the model's own per-layer windows
+    backend: str = "auto"  # SDPA backend, or eager (hand-written attention)
+    gpu: str = "h100-sxm"  # catalog name
+    gpus: int | None = None  # total GPUs; None = tp·cp; the rest is data parallelism
+    tp: int = 1  # tensor parallel: heads, FFN and vocabulary split
+    cp: int = 1  # context parallel: the sequence split (ring attention)
+    torch_version: str = DEFAULT_TORCH
+    logits: str = "last"  # inference: logits for the last position only, or for all positions
+    sequence_parallel: bool = False  # training with tp > 1: norms and residual-stream tensors split tp ways too
+    micro_batch: int | None = None  # training: sequences per replica per forward/backward (gradient accumulation)
+    persistent_grads: bool = False  # training: gradients stay allocated between steps (zero_grad(set_to_none=False))
+    zero: int = 0  # training: ZeRO stage over the data-parallel replicas (1 optimizer, 2 + gradients, 3 + weights)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, ModelSpec):
+            raise ValueError("model: expected a ModelSpec (use a preset, the architecture flags or --config)")
+        object.__setattr__(self, "seq_len", check_positive_int("seq_len", self.seq_len, MAX_SEQ_LEN))
+        object.__setattr__(self, "batch", check_positive_int("batch", self.batch, 1 << 20))
+        object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
+        kv = self.dtype if self.kv_dtype is None else self.kv_dtype
+        kv = KV_ALIASES.get(str(kv).strip().lower(), kv)
+        object.__setattr__(self, "kv_dtype", normalize_dtype(kv, field="kv_dtype", allowed=KV_DTYPE_BITS))
+        for name, allowed in (("mode", MODES), ("checkpointing", CHECKPOINTING), ("backend", BACKENDS),
+                              ("logits", LOGITS)):
+            value = str(getattr(self, name)).strip().lower()
+            if value not in allowed:
+                raise ValueError(f"{name}: unknown value {getattr(self, name)!r}; expected one of {', '.join(allowed)}")
+            object.__setattr__(self, name, value)
+        if self.micro_batch is not None:
+            object.__setattr__(self, "micro_batch", check_positive_int("micro_batch", self.micro_batch, 1 << 20))
+        if str(self.zero).strip() not in ("0", "1", "2", "3"):
+            raise ValueError(f"zero: expected a ZeRO stage 0, 1, 2 or 3, got {self.zero!r}")
+        object.__setattr__(self, "zero", int(str(self.zero).strip()))
+        if not isinstance(self.persistent_grads, bool):
+            object.__setattr__(self, "persistent_grads", parse_bool("persistent_grads", self.persistent_grads))
+        if not isinstance(self.sequence_parallel, bool):
+            object.__setattr__(self, "sequence_parallel", parse_bool("sequence_parallel", self.sequence_parallel))
+        if self.window is not None:
+            object.__setattr__(self, "window", check_positive_int("window", self.window, MAX_SEQ_LEN))
+        get_gpu(self.gpu)  # ValueError listing the catalog
+        object.__setattr__(self, "torch_version", check_torch_version(self.torch_version))
+        tp = check_positive_int("tp", self.tp, 1024)
+        cp = check_positive_int("cp", self.cp, 1024)
+        gpus = tp * cp if self.gpus is None else check_positive_int("gpus", self.gpus, 1 << 16)
+        object.__setattr__(self, "tp", tp)
+        object.__setattr__(self, "cp", cp)
+        object.__setattr__(self, "gpus", gpus)
+        if gpus % (tp * cp):
+            raise ValueError(f"gpus: {gpus} is not a multiple of tp·cp = {tp * cp}")
+        m = self.model
+        if m.q_heads % tp:
+            raise ValueError(f"tp: {tp} does not divide the {m.q_heads} query heads")
+        if m.kv_heads % tp and tp % m.kv_heads:
+            raise ValueError(f"tp: {tp} neither divides nor is a multiple of the {m.kv_heads} kv heads")
+        if cp > self.seq_len:
+            raise ValueError(f"cp: {cp} GPUs cannot split a sequence of {self.seq_len} tokens")
+
+    # Per-GPU shapes (properties, not stored fields).
+    @property
+    def dp(self) -> int:
+        return self.gpus // (self.tp * self.cp)
+
+    @property
+    def batch_per_gpu(self) -> int:
+        """Sequences one GPU holds activations for at a time: its replica's share, or one micro-batch."""
+        share = -(-self.batch // self.dp)
+        if self.mode == "training" and self.micro_batch is not None:
+            return min(share, self.micro_batch)
+        return share
+
+    @property
+    def accumulation_steps(self) -> int:
+        """Forward/backward passes per optimizer step (gradient accumulation over micro-batches)."""
+        share = -(-self.batch // self.dp)
+        return -(-share // self.batch_per_gpu)
+
+    @property
+    def tokens_per_gpu(self) -> int:
+        return -(-self.seq_len // self.cp)
+
+    @property
+    def q_heads_per_gpu(self) -> int:
+        return self.model.q_heads // self.tp
+
+    @property
+    def kv_heads_per_gpu(self) -> int:
+        """kv heads / tp; when tp exceeds kv_heads each GPU keeps a copy of one kv head (Megatron-style)."""
+        return max(1, self.model.kv_heads // self.tp)
+
+    @property
+    def windows(self) -> tuple[int | None, ...]:
+        return (self.window,) * self.model.layers if self.window is not None else self.model.window_per_layer
+
+
+def gpu_of(inputs: PlanInputs) -> GPU:
+    return get_gpu(inputs.gpu)
+
+
+# --- attention per layer type ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LayerAttention:
+    window: int | None
+    layers: int  # how many layers have this window
+    span: int  # keys each query sees: min(seq_len, window)
+    memory: object  # CallEstimate of the call one GPU runs (one ring block under cp)
+    timing: object  # CallEstimate of the whole-sequence call of one tensor-parallel shard
+    forward_timing: object | None  # training: the forward-only call (forward time, recompute)
+
+
+def attention_call(inputs: PlanInputs, span: int | None = None, **changes) -> AttentionCall:
+    """The attention call one GPU runs for a layer whose queries see `span` keys (default: the widest layer's):
+    batch per replica, heads split by tp; a global layer is (seq_len × seq_len), causal for decoders; a windowed
+    layer a dense (seq_len × min(seq_len, w)) band; under context parallel one (seq_len/cp)² ring block, not
+    causal. Forward for inference, forward_backward for training. `changes` override fields. The plan, the advisor
+    and the app's validation all price this one call."""
+    if span is None:
+        windows = inputs.windows
+        span = inputs.seq_len if None in windows else min(inputs.seq_len, max(windows))
+    q_len, kv_len = inputs.seq_len, span
+    causal = inputs.model.kind == "decoder" and span == inputs.seq_len
+    if inputs.cp > 1:
+        q_len, kv_len, causal = inputs.tokens_per_gpu, min(span, inputs.tokens_per_gpu), False
+    fields = dict(batch=inputs.batch_per_gpu, q_heads=inputs.q_heads_per_gpu, kv_heads=inputs.kv_heads_per_gpu,
+                  head_dim=inputs.model.head_dim, q_len=q_len, kv_len=kv_len, dtype=inputs.dtype, causal=causal,
+                  mask="none", mode="forward_backward" if inputs.mode == "training" else "forward",
+                  backend=inputs.backend)
+    fields.update(changes)
+    return AttentionCall(**fields)
+
+
+def attention_layers(inputs: PlanInputs) -> list[LayerAttention]:
+    """One estimate_call per distinct window. Window w: the call is modelled with kv_len = min(seq_len, w) and
+    no causal flag (every query sees a dense band of w keys): an assumption, since SDPA has no native window."""
+    m, gpu = inputs.model, gpu_of(inputs)
+    out = []
+    for window in sorted(set(inputs.windows), key=lambda w: (w is None, w or 0)):
+        span = inputs.seq_len if window is None else min(inputs.seq_len, window)
+        whole = dict(q_len=inputs.seq_len, kv_len=span, causal=m.kind == "decoder" and span == inputs.seq_len)
+
+        def estimate(**changes):
+            call_fields = {**whole, **changes}
+            # the estimator counts FLOPs in int64: refuse shapes whose backward count (10·B·H·L·S·D) would wrap
+            if (16 * inputs.batch_per_gpu * inputs.q_heads_per_gpu * call_fields["q_len"] * call_fields["kv_len"]
+                    * m.head_dim >= 2**63):
+                raise ValueError(f"seq_len: {inputs.seq_len:,} tokens at batch {inputs.batch} is past what the "
+                                 "attention estimator can count (int64 FLOPs)")
+            return estimate_call(attention_call(inputs, span, **call_fields), gpu, inputs.torch_version)
+
+        timing = estimate()
+        # ring attention (cp > 1): one (n/cp × n/cp) block at a time, off-diagonal blocks dense
+        ring = dict(q_len=inputs.tokens_per_gpu, kv_len=min(span, inputs.tokens_per_gpu), causal=False)
+        memory = timing if inputs.cp == 1 else estimate(**ring)
+        fwd = estimate(mode="forward") if inputs.mode == "training" else None
+        out.append(LayerAttention(window, inputs.windows.count(window), span, memory, timing, fwd))
+    return out
+
+
+# --- per-GPU sizes --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sizes:
+    """Per-GPU tensor sizes in bytes that the activation formulas share."""
+
+    b: int  # sequences per GPU at a time
+    n: int  # tokens per GPU
+    F: int  # FFN width per GPU
+    V: int  # output width per GPU (vocabulary / tp, or classes)
+    es: int  # element bytes
+    q: int  # b·n·hq·d·es
+    kv: int  # k and v of the new tokens: 2·b·n·hk·d·es
+    resid: int  # b·n·H·es, one residual-stream tensor

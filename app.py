@@ -1,6 +1,6 @@
 """The capacity planner's web app: `streamlit run app.py`.
 
-Thin pages over the estimator, the advisor and validation (../shared/style.md rule 8). Each page reads
+Thin pages over the estimator, the advisor and validation (no logic in the pages). Each page reads
 its widgets, builds a config (a ValueError becomes st.error), calls the estimator and renders.
 """
 

@@ -1,4 +1,4 @@
-"""App speed: cold start to first render, and the re-run after a form submit (issue 6 targets: first render
+"""App speed: cold start to first render, and the re-run after a form submit (targets: first render
 < 3 s, re-run < 300 ms on a 2-core machine). Prints one JSON object; run on the machine you care about:
 
     taskset -c 0,1 python bench/bench_app.py            # AppTest (script runs, no browser)

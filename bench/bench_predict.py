@@ -1,4 +1,4 @@
-"""Benchmark: `predict` on 100,000 rows against pandas reading and writing the same CSV (issue 2:
+"""Benchmark: `predict` on 100,000 rows against pandas reading and writing the same CSV (target:
 predict must take at most twice as long as that read + write).
 
 python bench/bench_predict.py [--rows N] [--repeats R]

@@ -1,4 +1,4 @@
-"""`python -m estimator {predict,plan,advise} ...` (../shared/contract.md §2-§4)."""
+"""`python -m estimator {predict,plan,advise} ...` (docs/contract.md §2-§4)."""
 
 from __future__ import annotations
 

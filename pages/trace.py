@@ -12,7 +12,7 @@ GIB = 2**30
 
 st.title("Production trace")
 st.caption("Size the budget and the decode SLA from the production distribution of n, not a lab-fixed n "
-           "(seed 000). The model, workload and hardware are the ones on the planning page.")
+           "(the serving SLA). The model, workload and hardware are the ones on the planning page.")
 
 try:
     inputs = state.current_plan_inputs(st.session_state)

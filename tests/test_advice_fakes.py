@@ -1,5 +1,5 @@
 """Small fakes of `make_plan` and `estimate_call` for the advisor's rule tests: PyTorch 2.11 eligibility
-(../shared/reference/sdpa-internals.md) with deliberately simple byte and time formulas, so that each rule can be
+(docs/sdpa-internals.md) with deliberately simple byte and time formulas, so that each rule can be
 driven into and out of its trigger. The scenario tests use the real estimator."""
 
 from __future__ import annotations

@@ -148,7 +148,7 @@ def test_pad_head_dim_when_a_faster_fused_backend_becomes_eligible():
     assert advice.time_ms_after < advice.time_ms_before
     assert "out of date" in advice.why
     assert "pad-head-dim" not in run(gpu="a100-80gb", **d100)  # the fake's flash has no padding cost: no gain
-    assert "pad-head-dim" not in run(seq_len=8192, model_changes=dict(head_dim=80))  # aligned: seed 000's case
+    assert "pad-head-dim" not in run(seq_len=8192, model_changes=dict(head_dim=80))  # aligned: 80 is a multiple of 8
     t4 = run(gpu="t4", dtype="float16", seq_len=2048, model_changes=dict(head_dim=100))  # math → efficient
     assert "pad-head-dim" in t4
 

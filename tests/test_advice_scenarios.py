@@ -111,7 +111,7 @@ def test_llm_prefill_head_dim_100_on_ampere_pads_to_drop_flashs_copies():
 
 def test_aligned_head_dim_gets_no_padding_advice():
     ids, _ = run("--layers 32 --hidden 2560 --heads 32 --head-dim 80 --ffn 8640 --vocab 32000 --seq-len 8192")
-    assert "pad-head-dim" not in ids  # seed 000's head_dim 80 is already a multiple of 8
+    assert "pad-head-dim" not in ids  # head_dim 80 is already a multiple of 8
 
 
 def test_llm_prefill_head_dim_100_on_the_math_path():

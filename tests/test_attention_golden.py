@@ -1,9 +1,9 @@
 """Golden values for the attention estimator, each with its source.
 
 1. Hand-derived allocations (the sequences in estimator/memory.py, summed by hand here).
-2. ../shared/reference/sdpa-internals.md Appendix A (H200, torch 2.11; MiB above inputs).
+2. docs/sdpa-internals.md Appendix A (H200, torch 2.11; MiB above inputs).
 3. The committed H200 measurements (validation/data/*.csv, by contract §1): the acceptance bar of
-   issue 2, max(3%, 2 MiB) on at least 95% of calls that ran, held as a regression test.
+   the acceptance bar, max(3%, 2 MiB) on at least 95% of calls that ran, held as a regression test.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ def test_every_contract_id_and_the_eager_ids_are_in_the_tree():
 
 def test_ids_are_unique_and_in_pre_order():
     assert len(ADVICE_ORDER) == len(set(ADVICE_ORDER))
-    # the seeds' order: profile, then kernel, then architecture, then parallelism, then operations
+    # the order: profile, then kernel, then architecture, then parallelism, then operations
     index = ADVICE_ORDER.index
     assert index("profile-first") < index("use-fused-kernel") < index("window-attention") < index("context-parallel")
     assert index("reduce-batch") < index("window-attention")  # over budget only at larger batch: batch first

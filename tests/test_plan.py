@@ -436,7 +436,7 @@ def test_hbm_efficiency_lies_within_the_measured_h200_decode_calls():
 
 
 def test_plan_matches_a_hugging_face_llama_measured_on_the_h200():
-    # validation/data/h200_hf_llama.csv (the lead's run of `python -m validation.hf_llama`, torch 2.11 + cu130,
+    # validation/data/h200_hf_llama.csv (a run of `python -m validation.hf_llama`, torch 2.11 + cu130,
     # transformers 5.17): Llama-3-8B cut to 4 layers, random weights, eager and sdpa attention; peak allocated
     # bytes of a prefill and of a training step (fp32 master + moments resident, gradients set to None between
     # steps). Compared with the plan's total minus the CUDA context, as validation/hf_llama.py does. Inference

@@ -132,8 +132,8 @@ def test_encoder_config_defaults_to_its_native_tokens(capsys):
     assert out["kv_cache_bytes"] == 0 and out["decode_time_ms_per_token"] is None
 
 
-def test_seed_000_vit_document_case_runs_out_on_math_but_not_on_a_fused_kernel(capsys):
-    # seed 000 §1: a document-classification ViT at 4,096 patches OOMs in attention on the math path
+def test_vit_document_case_runs_out_on_math_but_not_on_a_fused_kernel(capsys):
+    # a document-classification ViT at 4,096 patches OOMs in attention on the math path
     argv = ["--preset", "vit-l-16", "--seq-len", "4097", "--batch", "32", "--mode", "training", "--gpu", "a100-80gb"]
     math = run_json(capsys, *argv, "--backend", "math")
     fused = run_json(capsys, *argv)

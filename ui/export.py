@@ -7,7 +7,7 @@ numbers. A formula is used only where it reproduces the estimator's figure exact
 (`closed_forms` checks each against the plan); the backend-specific terms (activations, workspaces, the
 attention peak) are values with a note, because no closed form covers them.
 
-The seeds' profile-template fields (seed 000 §12: n, batch, dtype, backend, GPU) head every export.
+The profile-template fields (n, batch, dtype, backend, GPU) head every export.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class Named:
 
 
 def profile_template(inputs) -> dict:
-    """The shared profile-template fields (seed 000 §12): n, batch, dtype, backend, GPU (+ mode, kv dtype)."""
+    """The profile-template fields: n, batch, dtype, backend, GPU (+ mode, kv dtype)."""
     return {"n": inputs.seq_len, "batch": inputs.batch, "dtype": inputs.dtype, "backend": inputs.backend,
             "gpu": inputs.gpu, "gpus": inputs.gpus, "mode": inputs.mode, "kv_dtype": inputs.kv_dtype}
 
@@ -112,9 +112,9 @@ def _env(cells: Sequence[Named]) -> dict:
 
 
 # Closed forms (units: bytes per GPU). Each names the plan key it must reproduce exactly to be written as a formula.
-# KV cache: K and V, per layer, per token: 2·kv_heads·head_dim·bits/8 (the seeds' "KV 字节项"; PyTorch stores
+# KV cache: K and V, per layer, per token: 2·kv_heads·head_dim·bits/8 (the KV bytes term; PyTorch stores
 # exactly this); windowed layers keep min(n, window) tokens. Weights: parameters × element size.
-# Score matrix: the textbook b·h·L·S·element size of one layer (seed 000's "n² activation 项").
+# Score matrix: the textbook b·h·L·S·element size of one layer (the n² activation term).
 KV_TOKENS = "((layers-window_layers)*tokens_per_gpu+window_layers*CEILING(MIN(seq_len, attn_window)/cp, 1))"
 CLOSED_FORMS = (
     ("weights (closed form)", "weights_bytes", "params_per_gpu*dtype_bits/8", "parameters × dtype bits / 8"),

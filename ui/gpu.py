@@ -1,6 +1,6 @@
 """GPU validation from the app: the plan's attention calls, guarded, measured one at a time.
 
-Guards (issue 6): at most MAX_CALLS calls per job; a call runs only if its predicted inputs + peak extra fit in
+Guards: at most MAX_CALLS calls per job; a call runs only if its predicted inputs + peak extra fit in
 GUARD_FRACTION of the free memory, less a fixed reserve; one GPU job at a time per server process (a
 non-blocking lock: a second job is refused, never queued). torch is imported only when a page asks for it,
 so the planner itself starts without it.

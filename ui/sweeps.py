@@ -114,7 +114,8 @@ def plan_sweep(inputs, ns: Iterable[int], *, backends: Sequence[str] = SWEEP_BAC
 
 
 def trace_table(report: dict) -> pd.DataFrame:
-    """`estimator.model.trace.trace_report`'s percentiles as rows: percentile, n, bytes, fit, prefill and decode times."""
+    """`estimator.model.trace.trace_report`'s percentiles as rows: percentile, n, bytes, fit, prefill and decode
+    times."""
     rows = []
     for name, point in report["percentiles"].items():
         rows.append({"percentile": name.upper(), "n": int(point["seq_len"]), "total_bytes": int(point["total_bytes"]),

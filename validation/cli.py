@@ -2,7 +2,7 @@
 
 run    measure a predict-style CSV on the local GPU (or the CPU) beside the estimator's predictions
 grid   write a predict-style case list (nsweep, matrix, random, calibration, cpu, sweep)
-report summarise a run's output: error tables, worst cases, the seeds' doubling check, kernel counts
+report summarise a run's output: error tables, worst cases, the doubling check, kernel counts
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def gpu_from_device_name(device_name: str) -> str | None:
 
 def modelled_torch(version: str) -> str | None:
     """'2.13' for '2.13.0+cpu' when the estimator models that version; None (its default) otherwise."""
-    from estimator import backends
+    from estimator.call import backends
     short = ".".join(version.split("+")[0].split(".")[:2])
     try:
         return backends.check_torch_version(short)

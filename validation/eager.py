@@ -1,6 +1,6 @@
 """The project's hand-written ("eager") attention: the reference computation behind `backend = eager`.
 
-It is the naive version that Hugging Face's `attn_implementation="eager"` and seed 004 profile:
+It is the naive version that Hugging Face's `attn_implementation="eager"` and common profiling write-ups use:
 real GQA copies, scores in the input dtype, an out-of-place `masked_fill` for causal, a softmax
 upcast to fp32 and cast back, dropout, and a second matmul. The estimator predicts exactly this
 sequence (`estimator/memory.py: eager_timeline`); change one and you must change the other.
@@ -15,7 +15,7 @@ def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, attn_m
                     dropout_p: float = 0.0, is_causal: bool = False, inplace_mask: bool = False) -> torch.Tensor:
     """softmax(q kᵀ / sqrt(D) + mask) v for q (B, Hq, L, D), k and v (B, Hkv, S, D).
 
-    `inplace_mask=True` is seed 004's one-line fix (`masked_fill_`, inference only: it breaks autograd);
+    `inplace_mask=True` is the one-line fix (`masked_fill_`, inference only: it breaks autograd);
     the contract's `eager` backend is the default, out-of-place version."""
     q_heads, kv_heads = q.shape[1], k.shape[1]
     if q_heads != kv_heads:

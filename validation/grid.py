@@ -25,7 +25,8 @@ def number(rows: list[dict], prefix: str) -> list[dict]:
 
 
 def n_sweep(backends=BACKENDS, dtype="bfloat16", mode="forward", start=128, stop=32768, **shape) -> list[dict]:
-    """Sequence length in ×2 steps for each backend (the seeds' doubling check)."""
+    """Sequence length in ×2 steps for each backend (the doubling check: quadratic paths take about 4× the
+    time per doubling)."""
     rows, n = [], start
     while n <= stop:
         rows += [case(b, dtype, q_len=n, mode=mode, **shape) for b in backends]
@@ -113,7 +114,7 @@ def make_grid(kind: str, *, seed: int = 0, n: int = 200, dtype: str = "bfloat16"
         return cpu_grid()
     if kind == "sweep":
         return all_kinds_sample(seed=seed, n=n)
-    from validation.calibration import calibration_rows  # the lead's set; imports this module
+    from validation.calibration import calibration_rows
     return calibration_rows()
 
 

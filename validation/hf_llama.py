@@ -1,4 +1,4 @@
-"""A real Hugging Face Llama on the GPU against `plan` (issue 7): peak allocated bytes of an inference
+"""A real Hugging Face Llama on the GPU against `plan`: peak allocated bytes of an inference
 prefill (KV cache kept, logits for the last position) and of a training step (forward + backward with
 the mixed-precision AdamW state resident), with `attn_implementation` eager or sdpa.
 

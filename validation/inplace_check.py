@@ -1,4 +1,4 @@
-"""Seed 004's in-place masked_fill_ against the out-of-place eager reference (inference, causal): peak extra
+"""The in-place masked_fill_ against the out-of-place eager reference (inference, causal): peak extra
 bytes and kernel count of each, on the local GPU.
 
 python -m validation.inplace_check [--out OUT.csv]

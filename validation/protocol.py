@@ -1,4 +1,4 @@
-"""The measurement protocol of ../shared/contract.md §1 for one attention call, on CUDA or the CPU.
+"""The measurement protocol of docs/contract.md §1 for one attention call, on CUDA or the CPU.
 
 peak_extra_bytes = max_memory_allocated() - memory_allocated() around the second (warm) call, with
 q, k, v, the mask and grad_out already allocated. On the CPU the peak is the running maximum of
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from estimator.config import AttentionCall
+from estimator.call.config import AttentionCall
 from validation.eager import eager_attention
 
 TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}

@@ -1,11 +1,11 @@
 """`python -m validation report OUT.csv`: how far the estimator is from the measurements.
 
-Pure pandas (plus `estimator.call.table` when a CSV has no predictions yet, e.g. the lead's calibration
+Pure pandas (plus `estimator.call.table` when a CSV has no predictions yet, e.g. early calibration
 runs): no torch, so it runs and is tested anywhere. Sections: status counts; the peak error table per
 backend × mode × dtype (share within max(3 %, 2 MiB), median and worst relative error, wrong backend
-predictions, supported mismatches); the worst cases; the seeds' doubling check (seed 000 §2 and §8:
-doubling n should multiply attention time by about 4 on the math path); eager kernel counts against
-the count expected from validation/eager.py (seed 004's "guess, then look").
+predictions, supported mismatches); the worst cases; the doubling check (doubling n should multiply
+attention time by about 4 on the math path); eager kernel counts against the count expected from
+validation/eager.py ("guess, then look").
 """
 
 from __future__ import annotations
@@ -124,7 +124,8 @@ def add_predictions(df: pd.DataFrame, gpu: str, torch_version: str | None) -> pd
     try:
         from estimator.call.table import predict_frame
     except ImportError as exc:
-        raise ValueError(f"report: the CSV has no predictions and estimator.call.table is unavailable ({exc})") from None
+        raise ValueError(f"report: the CSV has no predictions and estimator.call.table is unavailable "
+                         f"({exc})") from None
     inputs = df[[c for c in CALL_FIELDS if c in df.columns]].astype(object)
     kwargs = {"torch_version": torch_version} if torch_version else {}
     try:
@@ -220,7 +221,7 @@ KEY_FIELDS = ("backend", "dtype", "batch", "q_heads", "kv_heads", "head_dim", "c
 
 
 def doubling_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Seed 000's acceptance check: for square prefill shapes (q_len = kv_len) that differ only in n,
+    """The doubling check: for square prefill shapes (q_len = kv_len) that differ only in n,
     the time (and peak) ratio at each doubling, measured and predicted. Quadratic paths approach 4×."""
     ok = df[df["status"].eq("ok") & df["q_len"].eq(df["kv_len"]) & df["measured_time_ms"].gt(0)]
     rows = []
@@ -248,7 +249,7 @@ def doubling_table(df: pd.DataFrame) -> pd.DataFrame:
 
 def _verdict(backend: str, last: float) -> str:
     if 3.0 <= last <= 5.0:
-        return "≈4× as the seed expects" if backend in ("math", "eager") else "≈4×: FLOPs dominate"
+        return "≈4× as n² work expects" if backend in ("math", "eager") else "≈4×: FLOPs dominate"
     if last > 5.0:
         return f"{last:.1f}×: above 4× (caches spill or noise)"
     return f"{last:.1f}×: below 4× (launch- or IO-bound at this n)"
@@ -313,7 +314,7 @@ def expected_eager_kernels(r) -> tuple[int, int]:
     """(CUDA kernels, device-to-device memcpys) that validation/eager.py launches for one call, counted
     the way protocol.ran_backend_and_kernels counts (Memcpy/Memset excluded from n_kernels).
 
-    Written op by op before looking at the traces (seed 004), then corrected where the H200 data said
+    Written op by op before looking at the traces, then corrected where the H200 data said
     otherwise (the softmax-backward product and TensorIterator's 32-bit splits). `E(x)` is
     launches(x): 1 below 2**31 bytes. P = (B, Hq, L, S) scores, es the input element size.
       forward  GQA: repeat_interleave (expand + clone) E(KE) for k and for v · q@kᵀ 1 GEMM · ×D^-½ E(P·es)
@@ -435,7 +436,7 @@ def build_report(df: pd.DataFrame, *, meta: dict | None = None, title: str = "",
               markdown_table(error_table(df)),
               "\n## Per backend\n\n", markdown_table(error_table(df, by=("backend",))),
               f"\n## Worst {worst} cases (by error over tolerance)\n\n", markdown_table(worst_cases(df, worst)),
-              "\n## Doubling n (seed 000: attention time should grow ≈4× per doubling on the math path)\n\n",
+              "\n## Doubling n (attention time should grow ≈4× per doubling on the math path)\n\n",
               markdown_table(doubling_table(df)),
               "\n## Kernels launched (CUDA; eager expected from the reference computation)\n\n",
               markdown_table(kernel_table(df))]

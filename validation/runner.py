@@ -1,4 +1,4 @@
-"""Run a predict-style CSV through the measurement protocol (../shared/contract.md §1 and §5).
+"""Run a predict-style CSV through the measurement protocol (docs/contract.md §1 and §5).
 
 Each row is measured, compared with the estimator's prediction and written (flushed) at once, so an
 interrupted sweep keeps every finished row. Bookkeeping never sinks the batch: a malformed row, an
@@ -248,7 +248,7 @@ def input_bytes(call: AttentionCall) -> int:
 
 def fallback_peak_bound_bytes(call: AttentionCall) -> int:
     """A generous bound when the estimator has no figure: the math path's dense fp32 score matrices
-    (≈4·P4 forward+backward per ../shared/reference/sdpa-internals.md §1, doubled) plus 16 fp32 q-sized tensors."""
+    (≈4·P4 forward+backward per docs/sdpa-internals.md §1, doubled) plus 16 fp32 q-sized tensors."""
     P4 = call.batch * call.q_heads * call.q_len * call.kv_len * 4
     Q4 = call.batch * call.q_heads * max(call.q_len, call.kv_len) * call.head_dim * 4
     return 8 * P4 + 16 * Q4

@@ -12,7 +12,7 @@ from estimator.hardware import get_gpu
 from estimator.model.inputs import attention_call
 
 FUSED = ("cudnn", "flash", "efficient")
-ATTENTION_BOTTLENECK_SHARE = 0.40  # seed 000 §4: "profile 确认 attention >40% forward 再投入"
+ATTENTION_BOTTLENECK_SHARE = 0.40  # invest in attention only once a profile shows it above 40% of the forward
 # Trigger thresholds below are JUDGEMENTS of this project (no source gives them); tests pin their behaviour.
 KV_DOMINATES_SHARE = 0.30  # KV bytes / (KV + weights) bytes read per decode step at which the cache matters
 KV_SEQUENCE_SHARE = 0.05  # one sequence's KV cache above 5% of the GPU limits concurrency

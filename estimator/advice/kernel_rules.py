@@ -80,7 +80,7 @@ def rule_eager(ctx: _Context) -> list[Advice]:
         ("an fp32 softmax upcast", call.dtype != "float32")) if present]
     why = (f"Attention runs hand-written (eager): it materialises the (B, H, L, S) scores in {call.dtype}"
            + "".join(f", {text}" for text in extras)
-           + f" (seed 004: 6 kernels against 1 for a fused backend); one layer's call peaks at "
+           + f" (6 kernels against 1 for a fused backend); one layer's call peaks at "
              f"{gib(ctx.est.peak_extra_bytes)} above its inputs.")
     advice = _plan_advice(ctx, "eager-to-sdpa", "Replace the hand-written attention by scaled_dot_product_attention",
                           why, f"SDPA selects {sdpa.selected_backend} here (per layer {gib(ctx.est.peak_extra_bytes)} "
@@ -97,7 +97,7 @@ def rule_eager(ctx: _Context) -> list[Advice]:
         out.append(Advice(
             id="inplace-masked-fill", title="In inference, fill the mask in place: scores.masked_fill_(...)",
             why=(f"The out-of-place masked_fill allocates one more {gib(inplace)} scores tensor per layer and "
-                 "launches a copy kernel (seed 004: 6 → 5 kernels). masked_fill_ overwrites the scores in place; "
+                 "launches a copy kernel (6 → 5 kernels). masked_fill_ overwrites the scores in place; "
                  "it breaks autograd, so only under torch.no_grad() (inference), never in training."),
             expected_effect=(f"One fewer (B, H, L, S) allocation of {gib(inplace)} and one fewer kernel per layer; "
                              f"{peak_text}; about {ms(copy_ms)} less per call (the copy's read and write at "
@@ -110,7 +110,7 @@ def rule_eager(ctx: _Context) -> list[Advice]:
 
 
 def _inplace_saving_bytes(call: AttentionCall) -> int:
-    """Bytes the out-of-place `scores.masked_fill(...)` allocates (B·Hq·L·S·es, seed 004); 0 with no mask fill."""
+    """Bytes the out-of-place `scores.masked_fill(...)` allocates (B·Hq·L·S·es); 0 with no mask fill."""
     if not (call.causal or call.mask == "bool"):
         return 0
     return call.batch * call.q_heads * call.q_len * call.kv_len * call.element_bits // 8
@@ -118,7 +118,7 @@ def _inplace_saving_bytes(call: AttentionCall) -> int:
 
 def eager_forward_peak_bytes(call: AttentionCall, *, inplace_fill: bool) -> int:
     """Peak extra bytes of the eager forward under torch.no_grad(), with the causal/bool mask fill out of
-    place (validation/eager.py) or in place (`masked_fill_`, seed 004): `memory.eager_timeline`."""
+    place (validation/eager.py) or in place (`masked_fill_`): `memory.eager_timeline`."""
     from estimator.call.memory import eager_timeline
     from estimator.call.shapes import Calls
 
@@ -185,9 +185,9 @@ def _flash_blocker_advice(ctx: _Context, blocker: str, flash_reasons: str) -> Ad
                                          if others else 256)
         return _call_advice(
             ctx, "flash-ineligible-head-dim", f"head_dim {call.head_dim} > 256: flash cannot run it",
-            why + " Flash in torch 2.11 takes any head_dim up to 256 (it pads to a multiple of 8 itself; seed 000's "
-                  "'pad 80 to 96 for flash' is out of date); efficient has no upper bound but needs head_dim % 8 == 0;"
-                  " cuDNN needs head_dim ≤ 128.",
+            why + " Flash in torch 2.11 takes any head_dim up to 256 (it pads to a multiple of 8 itself; the common "
+                  "advice 'pad 80 to 96 for flash' is out of date); efficient has no upper bound but needs "
+                  "head_dim % 8 == 0; cuDNN needs head_dim ≤ 128.",
             ("Efficient can run it as is." if others else "No fused backend takes it: the estimate is for a model "
              "with head_dim 256 (an architecture change)."), after_call, ctx.estimate(after_call))
     if blocker == "mask":
@@ -247,8 +247,8 @@ def _pad_head_dim(ctx: _Context) -> Advice | None:
         f"(efficient: {', '.join(est_now.reasons.get('efficient', ())) or 'can run'}; cuDNN: "
         f"{', '.join(est_now.reasons.get('cudnn', ())) or 'can run'}), so SDPA runs {now}"
         + (", which copies q, k and v to a padded head_dim on every call" if now == "flash" else "") + ". "
-        "Flash in torch 2.11 takes any head_dim ≤ 256 and pads to a multiple of 8 itself, so seed 000's "
-        "'pad 80 → 96 for flash' is out of date (80 is aligned already); on Hopper with torch 2.11 PyTorch "
+        "Flash in torch 2.11 takes any head_dim ≤ 256 and pads to a multiple of 8 itself, so the common "
+        "advice 'pad 80 → 96 for flash' is out of date (80 is aligned already); on Hopper with torch 2.11 PyTorch "
         "prefers cuDNN over flash when cuDNN can run.",
         f"Pad in the weights: zero columns in W_q, W_k, W_v (head_dim {call.head_dim} → {padded.head_dim}) and zero "
         f"rows in W_o, keeping the softmax scale 1/sqrt({call.head_dim}); the estimate is the padded call "

@@ -6,9 +6,9 @@ Every `expected_effect` is computed by re-running the estimator with the change 
 `estimate_call`), never by a rule of thumb. Each `Advice` keeps the exact figures: `bytes_before/after`
 (what `bytes_metric` names) and `time_ms_before/after` (what `time_metric` names). Text shows GiB = 2**30.
 
-Sources: the seeds ../shared/seeds/000 (decision tree, 40% rule, checkpointing +20–30%, P99 decode),
-003 (SDPA backend choice) and 004 (eager attention, masked_fill_), checked against PyTorch 2.11
-(../shared/reference/sdpa-internals.md); where a seed is out of date the advice says so.
+Sources: common long-context attention practice (profile first, the 40% rule, checkpointing +20–30%, P99
+decode as the serving SLA), SDPA backend choice and the eager attention's masked_fill_, each checked against
+PyTorch 2.11 (docs/sdpa-internals.md); where the usual advice is out of date the advice says so.
 """
 
 from __future__ import annotations
@@ -66,15 +66,15 @@ PASSIVE = ("fits", "attention-not-bottleneck", "split-prefill-decode", "log-back
 
 
 def profile_first(ctx: _Context) -> Advice:
-    """Added whenever any other advice changes the kernel, the architecture or the parallelism (seed 000)."""
+    """Added whenever any other advice changes the kernel, the architecture or the parallelism (profile first)."""
     base = ctx.base
     return Advice(
         id="profile-first", title="Profile first: measure where the forward time and memory go",
         why=f"Estimated {_shares(base)}; "
             + ("it fits" if base["fits"] else "it does not fit" if base.get("supported", True)
                else f"backend {ctx.inputs.backend} cannot run it")
-            + f" and attention runs {ctx.selected()}. Seed 000: profile before choosing kernel, architecture "
-              "or parallelism.",
+            + f" and attention runs {ctx.selected()}. Profile before choosing a kernel, an architecture "
+              "or a parallelism.",
         expected_effect="Confirms which advice below applies: torch.profiler (ProfilerActivity.CUDA) sorted by "
                         "cuda_time_total; at seq_len × 2, attention time should grow about 4× on the math path.",
         bytes_before=base["total_bytes"], bytes_after=base["total_bytes"], time_metric=ctx.time_metric,
@@ -88,7 +88,7 @@ def rule_not_bottleneck(ctx: _Context) -> list[Advice]:
         time_ms = ctx.time_ms(base)
         out.append(Advice(
             id="attention-not-bottleneck", title="Attention is not the bottleneck: look at the FFN and embedding",
-            why=f"Estimated {_shares(base)}: attention is under {ATTENTION_BOTTLENECK_SHARE:.0%} (seed 000: below "
+            why=f"Estimated {_shares(base)}: attention is under {ATTENTION_BOTTLENECK_SHARE:.0%} (below "
                 "that a faster kernel is not worth the effort; reduce FFN width, use fewer FFN/embedding bytes).",
             expected_effect=f"Even an attention kernel taking no time at all would save at most {share:.1%}: "
                             f"{ctx.time_metric} {ms(time_ms)} → {ms(time_ms * (1 - share))} (upper bound).",
@@ -153,7 +153,7 @@ def rule_over_budget(ctx: _Context) -> list[Advice]:
             out.append(_plan_advice(
                 ctx, "reduce-batch", f"Reduce the batch to {batch:,}",
                 f"{why_over} at batch {inputs.batch:,}, but it fits at batch {batch:,}: over budget only at the "
-                "larger batch, so reduce the batch first (seed 000) and accumulate gradients or queue requests.",
+                "larger batch, so reduce the batch first and accumulate gradients or queue requests.",
                 f"Batch {inputs.batch:,} → {batch:,}.", after, batch=batch))
     if ctx.training and inputs.checkpointing != "full":
         out.extend(_checkpointing(ctx, why_over))
@@ -177,7 +177,7 @@ def _checkpointing(ctx: _Context, why_over: str) -> list[Advice]:
     return [_plan_advice(
         ctx, "activation-checkpointing", f"Activation checkpointing ({level})",
         f"{why_over}; training activations are {gib(base['activation_bytes'])} per GPU. Checkpoint where the "
-        f"activations are (seed 000): {saved}. Seed 000 expects 20–30% more step time; the estimate below "
+        f"activations are: {saved}. The usual rule of thumb is 20–30% more step time; the estimate below "
         "counts the recomputation.",
         f"checkpointing {current} → {level}.", levels[level], checkpointing=level)]
 
@@ -204,8 +204,8 @@ def _sequence_rules(ctx: _Context, why_over: str, best: dict) -> list[Advice]:
     """Still over budget at batch 1 (with a fused kernel and full checkpointing where they apply)."""
     inputs, out = ctx.inputs, []
     why = (f"{why_over}, and even at batch 1{' with full checkpointing' if ctx.training else ''} and a fused "
-           f"kernel it needs {gib(best['total_bytes'])}: the sequence itself is the problem (seed 000: batch=1 "
-           "still OOM is a kernel/architecture problem).")
+           f"kernel it needs {gib(best['total_bytes'])}: the sequence itself is the problem (out of memory at "
+           "batch 1 is a kernel or architecture problem).")
     windows = inputs.windows
     span = inputs.seq_len if None in windows else min(inputs.seq_len, max(windows))  # widest attention now
     window = min(4096, 1 << max(6, (inputs.seq_len // 4).bit_length() - 1))
@@ -305,7 +305,7 @@ def rule_operate(ctx: _Context) -> list[Advice]:
         out.append(Advice(
             id="split-prefill-decode", title="Measure prefill and decode separately; hold the SLA on P99 decode",
             why="Prefill is compute-bound and O(n²) in attention; decode is bandwidth-bound and reads the weights "
-                "and the whole KV cache per token (seed 000: the serving SLA is P99 decode latency, not a prefill "
+                "and the whole KV cache per token (the serving SLA is P99 decode latency, not a prefill "
                 "benchmark; a training step time is neither).",
             expected_effect=f"Estimated prefill {ms(base['prefill_time_ms'])} for {inputs.batch:,} × "
                             f"{inputs.seq_len:,} tokens; decode {ms(base['decode_time_ms_per_token'])} per token "
@@ -315,9 +315,10 @@ def rule_operate(ctx: _Context) -> list[Advice]:
     hopper = ctx.gpu.sm >= 90 and inputs.dtype != "float32"
     out.append(Advice(
         id="log-backend", title="Log the attention backend at step 0",
-        why=f"The estimator expects {backend} here. A silent fallback to math is the failure seed 000 §9 describes; "
-            + ("on Hopper with torch 2.11 PyTorch prefers cuDNN over flash for fp16/bf16 (the seeds assume flash; "
-               "out of date). " if hopper else "")
+        why=f"The estimator expects {backend} here. A silent fallback to math is a common cause of slow "
+            "long-context runs; "
+            + ("on Hopper with torch 2.11 PyTorch prefers cuDNN over flash for fp16/bf16 (aten/src/ATen/native/"
+               "transformers/cuda/sdp_utils.cpp, check_prefer_cudnn_attention). " if hopper else "")
             + "Log torch._fused_sdp_choice(q, k, v, ...) or the profiler's kernel name "
               "(flash_fwd, fmha_cutlassF, cudnn ... sdpa, or aten::bmm for math) at the first step.",
         expected_effect="No memory or time change: it catches a fallback before it costs a run.", **same))

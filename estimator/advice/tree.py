@@ -1,8 +1,8 @@
 """The long-context attention decision tree, as data, and a plain-text rendering of it.
 
-Source: the seeds' lesson (../shared/seeds/000: "先 profile 再选 kernel/架构/并行，避免跳步" — profile
-first, then choose kernel, architecture or parallelism, never skip steps), checked against PyTorch 2.11
-(../shared/reference/sdpa-internals.md). Each node names the advice ids (contract §4) that the rules in
+Source: the usual long-context attention practice (profile first, then choose kernel, architecture or
+parallelism, never skip steps), checked against PyTorch 2.11
+(docs/sdpa-internals.md). Each node names the advice ids (contract §4) that the rules in
 `estimator/advice.py` produce at that step. The pre-order walk of the tree is the advisor's order of
 importance (`ADVICE_ORDER`), so the printed tree and the advice list never disagree.
 """

@@ -70,7 +70,7 @@ def parse_bool(field: str, value) -> bool:
 @dataclass(frozen=True, kw_only=True)
 class AttentionCall:
     """One `scaled_dot_product_attention` call: q (batch, q_heads, q_len, head_dim),
-    k and v (batch, kv_heads, kv_len, head_dim), as ../shared/contract.md §1 lays them out."""
+    k and v (batch, kv_heads, kv_len, head_dim), as docs/contract.md §1 lays them out."""
 
     batch: int
     q_heads: int

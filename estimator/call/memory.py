@@ -4,7 +4,7 @@ Each function replays, in order, the tensors that PyTorch 2.11 allocates and fre
 returns the Timeline: its running peak is peak_extra_bytes, its "forward" mark the bytes still alive
 after the forward (what autograd saved, plus the output), and its event log feeds the caching-allocator
 replay that decides `fits` near the limit (estimator/allocator.py). The sequences were read from the sources named
-in ../shared/reference/sdpa-internals.md and checked, allocation by allocation, against
+in docs/sdpa-internals.md and checked, allocation by allocation, against
 `torch.cuda.memory._record_memory_history` traces on an H200 (validation/trace.py;
 validation/data/h200_calibration.csv has the measured peaks they are held to).
 
@@ -112,7 +112,7 @@ def math_timeline(c: Calls) -> Timeline:
 
 def eager_timeline(c: Calls, inplace_fill: bool = False) -> Timeline:
     """The project's hand-written attention (validation/eager.py), op by op, and its autograd backward.
-    `inplace_fill`: seed 004's `masked_fill_` (forward only; in-place breaks autograd). Measured on the H200
+    `inplace_fill`: the in-place `masked_fill_` (forward only; in-place breaks autograd). Measured on the H200
     (validation/data/h200_inplace_masked_fill.csv): the same peak, one kernel fewer."""
     t, g, half, d = Timeline(), c.grad, ~c.fp32, c.has_dropout
     P, Q, K, KE = _sizes(c)

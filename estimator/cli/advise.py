@@ -1,5 +1,5 @@
 """`python -m estimator advise ...`: what to do about a plan, most important first, each with the numbers that
-triggered it and its effect re-estimated (../shared/contract.md §4). Takes the flags of `plan`; `--json` prints
+triggered it and its effect re-estimated (docs/contract.md §4). Takes the flags of `plan`; `--json` prints
 `{"advice": [{"id", "title", "why", "expected_effect", ...}, ...]}`; `--tree` prints the decision tree.
 Bad input is one line on stderr and exit status 2, never a traceback.
 """

@@ -1,5 +1,5 @@
 """`python -m estimator plan ...`: a whole-model capacity plan as a table, or one JSON object with `--json`
-(../shared/contract.md §3). Bad input is one line on stderr and exit status 2, never a traceback.
+(docs/contract.md §3). Bad input is one line on stderr and exit status 2, never a traceback.
 
 The advisor CLI reuses `add_plan_arguments` and `inputs_from_args`.
 """

@@ -1,5 +1,5 @@
 """Plan from a production trace: a CSV of per-request sequence lengths gives the budget and decode latency at
-P50, P90 and P99 of n, and the share of requests that fit (seed 000 §5, §11: plan from the production
+P50, P90 and P99 of n, and the share of requests that fit (plan from the production
 distribution of n; the SLA is the P99 decode latency).
 
 Accepted files: a header row with a column named `seq_len`, `n` or `tokens` (case-insensitive), or a file with

@@ -1,8 +1,8 @@
 """App speed: cold start to first render, and the re-run after a form submit (targets: first render
 < 3 s, re-run < 300 ms on a 2-core machine). Prints one JSON object; run on the machine you care about:
 
-    taskset -c 0,1 python bench/bench_app.py            # AppTest (script runs, no browser)
-    taskset -c 0,1 python bench/bench_app.py --browser  # also `streamlit run` + headless Chromium
+    taskset -c 0,1 python -m bench.bench_app            # AppTest (script runs, no browser)
+    taskset -c 0,1 python -m bench.bench_app --browser  # also `streamlit run` + headless Chromium
 
 `cold_script_s`: a fresh interpreter imports Streamlit and runs app.py once (AppTest): the server-side part of
 the first render.
@@ -27,7 +27,6 @@ ROOT = Path(__file__).resolve().parents[1]
 COLD = """
 import time, sys
 t0 = time.perf_counter()
-sys.path.insert(0, {root!r})
 from streamlit.testing.v1 import AppTest
 at = AppTest.from_file({app!r}, default_timeout=120).run()
 assert not at.exception, at.exception
@@ -38,14 +37,13 @@ print(time.perf_counter() - t0)
 def cold_script_s() -> tuple[float, float]:
     """A fresh interpreter: import streamlit + run app.py once (includes interpreter start-up)."""
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", COLD.format(root=str(ROOT), app=str(ROOT / "app.py"))],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", COLD.format(app=str(ROOT / "app.py"))],
+                         cwd=ROOT, capture_output=True, text=True, check=True)
     inside = float(out.stdout.strip().splitlines()[-1])
     return round(time.perf_counter() - t0, 3), round(inside, 3)
 
 
 def rerun_ms(ns=(4096, 16384, 32768, 65536, 131072, 10000, 20000, 50000)) -> dict:
-    sys.path.insert(0, str(ROOT))
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
@@ -73,9 +71,9 @@ def browser_render_s() -> dict | None:
     session (the server's first script run) and for two more sessions (warm server)."""
     import urllib.request
 
-    sys.path.insert(0, str(ROOT / "tests" / "e2e"))
-    from conftest import CHROMIUM_ARGS, _free_port, chromium_path
     from playwright.sync_api import sync_playwright
+
+    from tests.e2e.conftest import CHROMIUM_ARGS, _free_port, chromium_path
 
     path = chromium_path()
     if path is None:

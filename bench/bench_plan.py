@@ -1,21 +1,18 @@
 """How long a plan and its solvers take (no assertions; speed lives here, not in tests).
 
-    python bench/bench_plan.py
+    python -m bench.bench_plan
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from estimator.model.budget import budget  # noqa: E402
-from estimator.model.inputs import PlanInputs  # noqa: E402
-from estimator.model.plan import make_plan  # noqa: E402
-from estimator.model.solve import smallest_gpu  # noqa: E402
-from estimator.model.specs import get_preset  # noqa: E402
+from estimator.model.budget import budget
+from estimator.model.inputs import PlanInputs
+from estimator.model.plan import make_plan
+from estimator.model.solve import smallest_gpu
+from estimator.model.specs import get_preset
 
 CASES = [
     dict(model="llama-3-8b", seq_len=8192, batch=4, gpu="h100-sxm"),

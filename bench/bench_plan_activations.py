@@ -2,12 +2,12 @@
 training activations (the Korthikanti et al. 2022 terms generalised to RMSNorm, GQA and SwiGLU).
 
     pip install transformers   # any environment; not a project dependency
-    python bench/bench_plan_activations.py --out tests/data/hf_layer_saved_bytes.csv
+    python -m bench.bench_plan_activations --out tests/data/hf_layer_saved_bytes.csv
 
-    python bench/bench_plan_activations.py --inference --out tests/data/hf_layer_inference_peak.csv
-    python bench/bench_plan_activations.py --loss --out tests/data/hf_loss_peak.csv
-    python bench/bench_plan_activations.py --model --out tests/data/hf_model_prefill_peak.csv
-    python bench/bench_plan_activations.py --train --out tests/data/hf_model_train_peak.csv
+    python -m bench.bench_plan_activations --inference --out tests/data/hf_layer_inference_peak.csv
+    python -m bench.bench_plan_activations --loss --out tests/data/hf_loss_peak.csv
+    python -m bench.bench_plan_activations --model --out tests/data/hf_model_prefill_peak.csv
+    python -m bench.bench_plan_activations --train --out tests/data/hf_model_train_peak.csv
 
 Runs on the CPU in bf16 (saved tensors do not depend on the device, except inside the attention kernel).
 Walks the autograd graph after one layer's forward and sums the storages that nodes saved, each storage once,
@@ -25,11 +25,8 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from validation.protocol import cpu_peak_bytes  # noqa: E402
+from validation.protocol import cpu_peak_bytes
 
 CASES = [  # name, batch, seq_len, hidden, q_heads, kv_heads, head_dim, ffn
     ("gqa-small", 2, 128, 256, 8, 2, 32, 688),
@@ -233,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             for case in TRAIN_CASES:
                 peak = model_train_peak(*case[1:])
                 writer.writerow([*case, "bfloat16", peak, torch.__version__, transformers.__version__, "cpu",
-                                 "python bench/bench_plan_activations.py --train "
+                                 "python -m bench.bench_plan_activations --train "
                                  "--out tests/data/hf_model_train_peak.csv"])
                 print(case[0], peak)
         return 0
@@ -247,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             for case in MODEL_CASES:
                 peak = model_prefill_peak(*case[1:])
                 writer.writerow([*case, "bfloat16", peak, torch.__version__, transformers.__version__, "cpu",
-                                 "python bench/bench_plan_activations.py --model "
+                                 "python -m bench.bench_plan_activations --model "
                                  "--out tests/data/hf_model_prefill_peak.csv"])
                 print(case[0], peak)
         return 0
@@ -260,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
             for case in LOSS_CASES:
                 peak = loss_step_peak(*case[1:])
                 writer.writerow([*case, peak, torch.__version__, transformers.__version__, "cpu",
-                                 "python bench/bench_plan_activations.py --loss --out tests/data/hf_loss_peak.csv"])
+                                 "python -m bench.bench_plan_activations --loss --out tests/data/hf_loss_peak.csv"])
                 print(case[0], peak)
         return 0
     if args.inference:
@@ -272,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             for case in INFERENCE_CASES:
                 peak = inference_peak(*case[1:-1], backend=case[-1])
                 writer.writerow([*case, "bfloat16", peak, torch.__version__, transformers.__version__, "cpu",
-                                 "python bench/bench_plan_activations.py --inference "
+                                 "python -m bench.bench_plan_activations --inference "
                                  "--out tests/data/hf_layer_inference_peak.csv"])
                 print(case[0], peak)
         return 0
@@ -285,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         for case in CASES:
             core, other = measure(*case[1:])
             writer.writerow([*case, "bfloat16", core, other, torch.__version__, transformers.__version__, "cpu",
-                             "python bench/bench_plan_activations.py --out tests/data/hf_layer_saved_bytes.csv"])
+                             "python -m bench.bench_plan_activations --out tests/data/hf_layer_saved_bytes.csv"])
             print(case[0], core, other)
     return 0
 

@@ -1,7 +1,7 @@
 """Measure the two efficiencies the plan's roofline assumes (estimator/plan.py GEMM_EFFICIENCY, HBM_EFFICIENCY)
 on the local GPU, at the GEMM shapes of a preset's layers.
 
-    python bench/bench_plan_gemm.py --preset llama-3-8b --gpu h200 --out bench_plan_gemm.csv
+    python -m bench.bench_plan_gemm --preset llama-3-8b --gpu h200 --out bench_plan_gemm.csv
 
 Prefill GEMMs (tokens × hidden @ hidden × out, bf16) give achieved / dense-peak FLOP/s; decode GEMVs
 (batch 1..8 rows against each weight matrix) and a device-to-device copy give achieved / datasheet HBM
@@ -16,12 +16,9 @@ import csv
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from estimator.hardware import get_gpu  # noqa: E402
-from estimator.model.specs import get_preset  # noqa: E402
+from estimator.hardware import get_gpu
+from estimator.model.specs import get_preset
 
 
 def _time_ms(fn, repeats: int) -> float:

@@ -2,8 +2,8 @@
 fp32 upcast, RoPE, SDPA with GQA, SwiGLU, the same tensor lifetimes) so that it runs where transformers is not
 installed (the GPU machine has torch and pandas only).
 
-    python bench/bench_plan_model.py --gpu h200 --out bench_plan_model.csv      # on a CUDA GPU
-    python bench/bench_plan_model.py --device cpu                             # CPU, profiler memory events
+    python -m bench.bench_plan_model --gpu h200 --out bench_plan_model.csv      # on a CUDA GPU
+    python -m bench.bench_plan_model --device cpu                             # CPU, profiler memory events
 
 Two measurements per configuration, each as contract §1 measures one call (inputs and weights allocated
 first, one warm-up so library workspaces exist, then the peak above that baseline):
@@ -19,14 +19,11 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from estimator.model.budget import budget  # noqa: E402
-from estimator.model.inputs import PlanInputs  # noqa: E402
-from estimator.model.specs import ModelSpec  # noqa: E402
-from validation.protocol import cpu_peak_bytes  # noqa: E402
+from estimator.model.budget import budget
+from estimator.model.inputs import PlanInputs
+from estimator.model.specs import ModelSpec
+from validation.protocol import cpu_peak_bytes
 
 CASES = [  # name, layers, batch, seq_len, hidden, q_heads, kv_heads, head_dim, ffn, vocab, backend
     ("ffn-bound", 4, 2, 128, 512, 8, 2, 64, 2048, 1000, "auto"),

@@ -1,7 +1,7 @@
 """Benchmark: `predict` on 100,000 rows against pandas reading and writing the same CSV (target:
 predict must take at most twice as long as that read + write).
 
-python bench/bench_predict.py [--rows N] [--repeats R]
+python -m bench.bench_predict [--rows N] [--repeats R]
 Prints the median seconds of each part and the ratio; exits 1 if the ratio exceeds 2.
 """
 
@@ -16,10 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from estimator.cli.predict import main as predict_main  # noqa: E402
-from validation.grid import random_sample, write_csv  # noqa: E402
+from estimator.cli.predict import main as predict_main
+from validation.grid import random_sample, write_csv
 
 
 def timed(fn) -> float:

@@ -2,7 +2,7 @@
 protocol's bookkeeping dominates: warm-up, peak, profiler, FLOP counter, timed repeats, CSV write), and
 `python -m validation report` on a large synthetic output. Prints one JSON object:
 
-    python bench/bench_validation.py [--cases 20] [--report-rows 100000]
+    python -m bench.bench_validation [--cases 20] [--report-rows 100000]
 """
 
 from __future__ import annotations
@@ -11,12 +11,8 @@ import argparse
 import json
 import os
 import random
-import sys
 import tempfile
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def run_overhead_s(cases: int) -> dict:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from estimator.units import GIB, MIB
+
 TFLOPS = 10**12
 GBPS = 10**9
 
@@ -42,8 +44,9 @@ class GPU:
         return self.compute_capability[0] * 10 + self.compute_capability[1]
 
 
-def _gib(value: float) -> int:
-    return int(round(value * 2**30 / 2**20)) * 2**20
+def _gib_to_bytes(value: float) -> int:
+    """A GiB figure (as a datasheet or OOM message prints it) in bytes, rounded to whole MiB."""
+    return int(round(value * GIB / MIB)) * MIB
 
 
 def _peaks(half_tflops: float, fp32_tflops: float, bf16: bool = True) -> dict[str, int]:
@@ -59,44 +62,44 @@ CATALOG: dict[str, GPU] = {g.name: g for g in (
     GPU(name="h200", label="NVIDIA H200 SXM 141GB", memory_bytes=150_109_880_320,
         hbm_bytes_per_s=4800 * GBPS, peak_flops_per_s=_peaks(989.4, 66.9), compute_capability=(9, 0),
         sm_count=132, memory_source="torch total_memory read on an H200 (torch 2.11)", source=_HOPPER),
-    GPU(name="h100-sxm", label="NVIDIA H100 SXM5 80GB", memory_bytes=_gib(79.11),
+    GPU(name="h100-sxm", label="NVIDIA H100 SXM5 80GB", memory_bytes=_gib_to_bytes(79.11),
         hbm_bytes_per_s=3350 * GBPS, peak_flops_per_s=_peaks(989.4, 66.9), compute_capability=(9, 0),
         sm_count=132, memory_source="PyTorch OOM message 'total capacity of 79.11 GiB'", source=_HOPPER),
-    GPU(name="h100-pcie", label="NVIDIA H100 PCIe 80GB", memory_bytes=_gib(79.11),
+    GPU(name="h100-pcie", label="NVIDIA H100 PCIe 80GB", memory_bytes=_gib_to_bytes(79.11),
         hbm_bytes_per_s=2000 * GBPS, peak_flops_per_s=_peaks(756.5, 51.2), compute_capability=(9, 0),
         sm_count=114, memory_source="assumed equal to H100 SXM (same 80 GB HBM part)", source=_HOPPER),
-    GPU(name="a100-80gb", label="NVIDIA A100 SXM4 80GB", memory_bytes=_gib(79.15),
+    GPU(name="a100-80gb", label="NVIDIA A100 SXM4 80GB", memory_bytes=_gib_to_bytes(79.15),
         hbm_bytes_per_s=2039 * GBPS, peak_flops_per_s=_peaks(312, 19.5), compute_capability=(8, 0),
         sm_count=108, memory_source="PyTorch OOM message 'total capacity of 79.15 GiB'", source=_AMPERE),
     GPU(name="a100-40gb", label="NVIDIA A100 SXM4 40GB", memory_bytes=42_298_834_944,
         hbm_bytes_per_s=1555 * GBPS, peak_flops_per_s=_peaks(312, 19.5), compute_capability=(8, 0),
         sm_count=108, memory_source="deviceQuery totalGlobalMem (bottlerocket-os/bottlerocket#3873)",
         source=_AMPERE),
-    GPU(name="l40s", label="NVIDIA L40S 48GB", memory_bytes=_gib(44.52),
+    GPU(name="l40s", label="NVIDIA L40S 48GB", memory_bytes=_gib_to_bytes(44.52),
         hbm_bytes_per_s=864 * GBPS, peak_flops_per_s=_peaks(362.05, 91.6), compute_capability=(8, 9),
         sm_count=142, memory_source="PyTorch OOM message 'total capacity of 44.52 GiB'",
         source="NVIDIA L40S datasheet (dense FP16/BF16 with FP32 accumulate)"),
-    GPU(name="l4", label="NVIDIA L4 24GB", memory_bytes=_gib(22.03),
+    GPU(name="l4", label="NVIDIA L4 24GB", memory_bytes=_gib_to_bytes(22.03),
         hbm_bytes_per_s=300 * GBPS, peak_flops_per_s=_peaks(121, 30.3), compute_capability=(8, 9),
         sm_count=58, memory_source="PyTorch OOM message 'total capacity of 22.03 GiB'",
         source="NVIDIA L4 datasheet (242 TFLOPS FP16 with sparsity)"),
-    GPU(name="a10g", label="NVIDIA A10G 24GB", memory_bytes=_gib(21.99),
+    GPU(name="a10g", label="NVIDIA A10G 24GB", memory_bytes=_gib_to_bytes(21.99),
         hbm_bytes_per_s=600 * GBPS, peak_flops_per_s=_peaks(70, 31.2), compute_capability=(8, 6),
         sm_count=80, memory_source="PyTorch OOM message 'total capacity of 21.99 GiB'",
         source="AWS G5 documentation; tensor rate is an estimate (A10 datasheet is 125 TFLOPS at higher clocks)"),
-    GPU(name="rtx-4090", label="NVIDIA GeForce RTX 4090 24GB", memory_bytes=_gib(23.68),
+    GPU(name="rtx-4090", label="NVIDIA GeForce RTX 4090 24GB", memory_bytes=_gib_to_bytes(23.68),
         hbm_bytes_per_s=1008 * GBPS, peak_flops_per_s=_peaks(165.2, 82.6), compute_capability=(8, 9),
         sm_count=128, memory_source="PyTorch OOM message '23.68 GiB total capacity' (zai-org/CogVideo#36)",
         source="NVIDIA Ada Lovelace whitepaper, FP16 tensor with FP32 accumulate"),
-    GPU(name="rtx-3090", label="NVIDIA GeForce RTX 3090 24GB", memory_bytes=_gib(23.69),
+    GPU(name="rtx-3090", label="NVIDIA GeForce RTX 3090 24GB", memory_bytes=_gib_to_bytes(23.69),
         hbm_bytes_per_s=936 * GBPS, peak_flops_per_s=_peaks(71, 35.6), compute_capability=(8, 6),
         sm_count=82, memory_source="PyTorch OOM message 'total capacity of 23.69 GiB'",
         source="NVIDIA Ampere GA102 whitepaper, FP16 tensor with FP32 accumulate"),
-    GPU(name="t4", label="NVIDIA T4 16GB", memory_bytes=_gib(14.75),
+    GPU(name="t4", label="NVIDIA T4 16GB", memory_bytes=_gib_to_bytes(14.75),
         hbm_bytes_per_s=320 * GBPS, peak_flops_per_s=_peaks(65, 8.1, bf16=False), compute_capability=(7, 5),
         sm_count=40, memory_source="PyTorch OOM message 'total capacity of 14.75 GiB' (hpcaitech/Open-Sora#697)",
         source="NVIDIA T4 datasheet; no bf16 tensor cores (bf16 listed at the fp32 rate)"),
-    GPU(name="v100", label="NVIDIA V100 SXM2 32GB", memory_bytes=_gib(31.74),
+    GPU(name="v100", label="NVIDIA V100 SXM2 32GB", memory_bytes=_gib_to_bytes(31.74),
         hbm_bytes_per_s=900 * GBPS, peak_flops_per_s=_peaks(125, 15.7, bf16=False), compute_capability=(7, 0),
         sm_count=80, memory_source="PyTorch OOM message 'total capacity of 31.74 GiB'",
         source="NVIDIA V100 datasheet; no bf16 tensor cores (bf16 listed at the fp32 rate)"),

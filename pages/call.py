@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import streamlit as st
 
+from estimator.call.backends import DEFAULT_TORCH
 from estimator.call.config import AttentionCall
 from estimator.hardware import get_gpu
+from estimator.units import GIB
 from ui import cached, figures, forms, state, sweeps
 
 PREFIX = "call_"
-TORCH_VERSION = "2.11"
+TORCH_VERSION = DEFAULT_TORCH
 
 st.title("One attention call")
 st.caption("One `scaled_dot_product_attention` call (or the hand-written eager path): q (batch, q_heads, q_len, "
@@ -38,7 +40,6 @@ except ValueError as exc:
     st.error(f"Cannot estimate this call: {exc}")
     st.stop()
 
-GIB = 2**30
 if not est.supported:
     st.error(f"The {call.backend} backend cannot run this call on the {gpu.label}: "
              + "; ".join(est.reasons.get(call.backend, ()) or ("not supported",)))

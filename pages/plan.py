@@ -8,15 +8,14 @@ import streamlit as st
 
 from estimator.hardware import get_gpu
 from estimator.model.specs import PRESETS
+from estimator.units import gib
 from ui import cached, export, figures, forms, state, sweeps
 
 PREFIX = "plan_"
-GIB = 2**30
 SOURCE_LABELS = {"preset": "Preset", "custom": "Custom architecture", "hf-config": "Hugging Face config.json"}
 
 
-def gib_text(value_bytes: int | None) -> str:
-    return "—" if value_bytes is None else f"{value_bytes / GIB:,.2f} GiB"
+gib_text = partial(gib, missing="—", mib_below_1gib=False)  # the page's style: always GiB
 
 
 def ms_text(value_ms: float | None) -> str:

@@ -6,9 +6,8 @@ import streamlit as st
 
 from estimator.hardware import get_gpu
 from estimator.model.trace import parse_trace, trace_report
+from estimator.units import GIB
 from ui import figures, state, sweeps
-
-GIB = 2**30
 
 st.title("Production trace")
 st.caption("Size the budget and the decode SLA from the production distribution of n, not a lab-fixed n "

@@ -9,9 +9,8 @@ import streamlit as st
 
 from estimator.call.config import BACKENDS
 from estimator.hardware import CATALOG, get_gpu
+from estimator.units import GIB
 from ui import figures, gpu, state
-
-GIB = 2**30
 
 st.title("Validate on a GPU")
 st.caption("Measure the plan's attention calls by the project's protocol (peak bytes above the inputs during a "

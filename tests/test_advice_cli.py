@@ -5,10 +5,10 @@ estimator end to end."""
 import json
 
 import pytest
-from test_advice_fakes import fake_estimate, fake_make_plan
 
 import estimator.advice.plan_rules
 from estimator.cli import advise as advise_cli
+from tests.conftest import fake_estimate, fake_make_plan
 
 
 @pytest.fixture

@@ -3,13 +3,13 @@ are unique and in the decision tree's order, and each effect is the estimator re
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from test_advice_scenarios import check_effect
 
 from estimator.advice.plan_rules import advise
 from estimator.advice.tree import ADVICE_ORDER
 from estimator.hardware import CATALOG
 from estimator.model.inputs import PlanInputs
 from estimator.model.specs import PRESETS
+from tests.conftest import check_effect
 
 plans = st.builds(
     dict,

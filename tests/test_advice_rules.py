@@ -4,12 +4,13 @@ triggers it, one that must not, and effect numbers equal to re-running the (fake
 from dataclasses import replace
 
 import pytest
-from test_advice_fakes import fake_estimate, fake_inputs, fake_make_plan
 
-from estimator.advice.plan_rules import Advice, advise, eager_forward_peak_bytes, gib
+from estimator.advice.plan_rules import Advice, advise, eager_forward_peak_bytes
 from estimator.advice.tree import ADVICE_ORDER
 from estimator.hardware import get_gpu
 from estimator.model.inputs import attention_call
+from estimator.units import gib
+from tests.conftest import fake_estimate, fake_inputs, fake_make_plan
 
 
 def run(mask="none", cached_len=0, **kw):
@@ -227,7 +228,7 @@ def test_split_prefill_decode_for_decoder_inference_only():
 def test_log_backend_always_last_and_names_cudnn_on_hopper():
     found = run()
     assert list(found)[-1] == "log-backend"
-    assert "cuDNN" in found["log-backend"].why and "out of date" in found["log-backend"].why
+    assert "cuDNN" in found["log-backend"].why and "check_prefer_cudnn_attention" in found["log-backend"].why
     assert "cuDNN over flash" not in run(gpu="a100-80gb")["log-backend"].why
 
 

@@ -3,15 +3,13 @@ scenarios get the right ids in a sensible order, and every effect equals the est
 
 from dataclasses import replace
 
-import pytest
-
-from estimator.advice.plan_rules import advise, eager_forward_peak_bytes, gib
-from estimator.call.attention import estimate_call
+from estimator.advice.plan_rules import advise
 from estimator.cli.advise import _call_options, build_parser
 from estimator.cli.plan import inputs_from_args
 from estimator.hardware import get_gpu
-from estimator.model.inputs import attention_call
 from estimator.model.plan import make_plan
+from estimator.units import gib
+from tests.conftest import check_effect
 
 
 def run(argv: str):
@@ -21,37 +19,6 @@ def run(argv: str):
     for advice in items:
         check_effect(inputs, options, advice)
     return [a.id for a in items], {a.id: a for a in items}
-
-
-def check_effect(inputs, options, advice):
-    """The numbers in the advice are the estimator's own, re-run with `advice.change`."""
-    change = dict(advice.change)
-    if not change and advice.bytes_after is None:  # advice without a change to re-run (no fused backend exists)
-        assert advice.id == "use-fused-kernel"
-        return
-    time_key = "step_time_ms" if inputs.mode == "training" else "prefill_time_ms"
-    if advice.bytes_metric == "total_bytes per GPU":
-        assert advice.bytes_before == make_plan(inputs, solve=False).total_bytes
-        if change:
-            after = make_plan(replace(inputs, **change), solve=False)
-            assert advice.bytes_after == after.total_bytes
-            assert advice.time_ms_after == pytest.approx(getattr(after, time_key), rel=1e-12)
-        return
-    call = attention_call(inputs, mask=options["mask"], **({"causal": False} if options["mask"] != "none" else {}))
-    if options["cached_len"]:
-        call = replace(call, q_len=call.kv_len - options["cached_len"])
-    gpu = get_gpu(inputs.gpu)
-    if advice.id == "inplace-masked-fill":
-        assert advice.bytes_before == eager_forward_peak_bytes(call, inplace_fill=False)
-        assert advice.bytes_after == eager_forward_peak_bytes(call, inplace_fill=True)
-        return
-    assert advice.bytes_metric == "attention peak_extra_bytes per layer call"
-    baseline = replace(call, backend="auto") if advice.id == "pad-head-dim" else call
-    assert advice.bytes_before == estimate_call(baseline, gpu, inputs.torch_version).peak_extra_bytes
-    after = estimate_call(replace(call, **{k: v for k, v in change.items() if k != "gpu"}),
-                          get_gpu(change.get("gpu", inputs.gpu)), inputs.torch_version)
-    assert advice.bytes_after == after.peak_extra_bytes
-    assert advice.time_ms_after == pytest.approx(after.time_ms, rel=1e-12)
 
 
 def before(ids, *pairs):

@@ -9,15 +9,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from streamlit.testing.v1 import AppTest
+
+from estimator.model.inputs import PlanInputs
+from estimator.model.plan import make_plan
+from estimator.model.specs import get_preset
+from estimator.units import gib
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from streamlit.testing.v1 import AppTest  # noqa: E402
-
-from estimator.model.inputs import PlanInputs  # noqa: E402
-from estimator.model.plan import make_plan  # noqa: E402
-from estimator.model.specs import get_preset  # noqa: E402
 
 TIMEOUT = 60  # seconds per script run: the first run imports pandas and plotly
 
@@ -50,7 +49,7 @@ def frame_with(at: AppTest, column: str) -> pd.DataFrame:
 
 
 def gib_text(value: int) -> str:
-    return f"{value / 2**30:,.2f} GiB"
+    return gib(value, mib_below_1gib=False)
 
 
 def plan_for(**changes) -> dict:

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from estimator import AttentionCall, estimate_call, get_gpu
 
 H200 = get_gpu("h200")
-settings.register_profile("ci", max_examples=40, deadline=None)
-settings.load_profile("ci")
 
 shapes = st.fixed_dictionaries({
     "batch": st.integers(1, 4), "q_heads": st.sampled_from([4, 8, 16]), "head_dim": st.sampled_from([64, 128]),

@@ -10,18 +10,14 @@ import io
 import json
 import math
 import re
-import sys
-from pathlib import Path
 
 import openpyxl
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from estimator.model.inputs import PlanInputs  # noqa: E402
-from estimator.model.plan import make_plan  # noqa: E402
-from estimator.model.specs import get_preset  # noqa: E402
-from ui import export, sweeps  # noqa: E402
+from estimator.model.inputs import PlanInputs
+from estimator.model.plan import make_plan
+from estimator.model.specs import get_preset
+from ui import export, sweeps
 
 CASES = {
     "llama-3-8b serve 8k": dict(model="llama-3-8b", seq_len=8192, gpu="h200"),

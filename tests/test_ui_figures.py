@@ -1,16 +1,11 @@
 """The app's figures as pure functions: log-log axes, GiB values, a capacity line at the right height."""
 
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from ui import figures  # noqa: E402
-
-GIB = 2**30
+from estimator.units import GIB
+from ui import figures
 
 
 def _sweep():

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pandas as pd
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from estimator.call.attention import estimate_call  # noqa: E402
-from estimator.hardware import get_gpu  # noqa: E402
-from estimator.model.inputs import PlanInputs  # noqa: E402
-from estimator.model.specs import get_preset  # noqa: E402
-from ui import gpu  # noqa: E402
+from estimator.call.attention import estimate_call
+from estimator.hardware import get_gpu
+from estimator.model.inputs import PlanInputs
+from estimator.model.specs import get_preset
+from ui import gpu
 
 H200 = get_gpu("h200")
 

@@ -1,14 +1,10 @@
 """The query-string round trip: every plan survives values → URL → values; bad parameters are named."""
 
-import sys
-from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from ui import state  # noqa: E402
+from ui import state
 
 PRESETS = ("llama-3-8b", "llama-2-70b", "mistral-7b")
 

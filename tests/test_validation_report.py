@@ -9,6 +9,7 @@ import sys
 import pandas as pd
 import pytest
 
+from estimator.call.backends import DEFAULT_TORCH
 from estimator.call.config import AttentionCall
 from validation import report
 from validation.grid import make_grid, random_sample
@@ -149,7 +150,7 @@ def test_report_re_predicts_with_the_current_estimator_unless_told_to_keep_the_r
     path = tmp_path / "out.csv"
     pd.DataFrame([row(backend="math", predicted=1)]).to_csv(path, index=False)
     call = AttentionCall(batch=1, q_heads=8, kv_heads=8, head_dim=64, q_len=1024, kv_len=1024, backend="math")
-    expected = estimate_call(call, get_gpu("h200"), "2.11").peak_extra_bytes
+    expected = estimate_call(call, get_gpu("h200"), DEFAULT_TORCH).peak_extra_bytes
     df, meta = report.load(str(path))
     assert df["predicted_peak_extra_bytes"].tolist() == [expected] and meta["predictions"] == "current estimator"
     df, meta = report.load(str(path), recorded=True)

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
+from estimator.call.backends import DEFAULT_TORCH
 from validation import runner
 from validation.cli import main
 from validation.grid import case, number, write_csv
@@ -23,7 +24,7 @@ SMALL = dict(batch=1, q_heads=2, head_dim=16, q_len=64)
 def fake_predict_module(peak_bytes=1 << 20, time_ms=0.01, supported=True):
     """A stand-in for estimator.call.table with fixed predictions, so the bookkeeping tests do not depend on
     the estimator's numbers."""
-    def predict_frame(df, gpu, torch_version="2.11"):
+    def predict_frame(df, gpu, torch_version=DEFAULT_TORCH):
         out = df.copy()
         out["supported"] = supported
         out["selected_backend"] = [b if b != "auto" else "cudnn" for b in df["backend"]]

@@ -13,6 +13,8 @@ from functools import lru_cache
 
 import pandas as pd
 
+from estimator.call.backends import DEFAULT_TORCH
+
 
 @lru_cache(maxsize=2048)
 def budget(inputs):
@@ -55,7 +57,7 @@ def advice(inputs) -> tuple:
 
 
 @lru_cache(maxsize=4096)
-def estimate(call, gpu, torch_version: str = "2.11"):
+def estimate(call, gpu, torch_version: str = DEFAULT_TORCH):
     """`estimate_call(call, gpu, torch_version)` (AttentionCall and GPU are frozen, hashable dataclasses)."""
     from estimator.call.attention import estimate_call
 

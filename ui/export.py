@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-GIB = 2**30
+from estimator.units import GIB
+
 _FUNCS = {"MIN": min, "MAX": max, "INT": math.floor, "CEILING": lambda x, step: math.ceil(x / step) * step}
 
 

@@ -14,7 +14,8 @@ from collections.abc import Iterable, Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-GIB = 2**30
+from estimator.units import GIB
+
 BACKEND_COLORS = {"math": "#d62728", "flash": "#1f77b4", "efficient": "#2ca02c", "cudnn": "#9467bd",
                   "eager": "#ff7f0e", "auto": "#7f7f7f"}
 _HOVER_GIB = "%{y:,.3f} GiB"

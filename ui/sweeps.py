@@ -11,10 +11,11 @@ from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
+from estimator.call.backends import DEFAULT_TORCH
 from estimator.call.config import MAX_SEQ_LEN, SDPA_BACKENDS, AttentionCall
 from estimator.hardware import GPU
+from estimator.units import GIB
 
-GIB = 2**30
 SWEEP_BACKENDS = ("math", "flash", "efficient", "cudnn", "eager")
 
 
@@ -32,7 +33,7 @@ def _with_n(call: AttentionCall, n: int) -> AttentionCall:
     return dataclasses.replace(call, q_len=q_len, kv_len=n)
 
 
-def call_sweep(call: AttentionCall, gpu: GPU, ns: Iterable[int], *, torch_version: str = "2.11",
+def call_sweep(call: AttentionCall, gpu: GPU, ns: Iterable[int], *, torch_version: str = DEFAULT_TORCH,
                backends: Sequence[str] = SWEEP_BACKENDS, estimate=None) -> pd.DataFrame:
     """Per n and backend: peak extra bytes (contract §1), inputs and their sum; NaN where unsupported.
     `estimate` defaults to `estimator.call.attention.estimate_call` (the app passes a memoised one)."""
@@ -53,7 +54,7 @@ def call_sweep(call: AttentionCall, gpu: GPU, ns: Iterable[int], *, torch_versio
     return pd.DataFrame(rows)
 
 
-def backend_table(call: AttentionCall, gpu: GPU, *, torch_version: str = "2.11", estimate=None) -> pd.DataFrame:
+def backend_table(call: AttentionCall, gpu: GPU, *, torch_version: str = DEFAULT_TORCH, estimate=None) -> pd.DataFrame:
     """One row per backend for this call: can it run, why not, its peak, time and FLOPs."""
     from estimator.call.attention import estimate_call
 

@@ -10,6 +10,7 @@ from estimator.advice.tree import ADVICE_ORDER
 from estimator.call.config import AttentionCall
 from estimator.hardware import get_gpu
 from estimator.model.inputs import attention_call
+from estimator.units import gib
 
 FUSED = ("cudnn", "flash", "efficient")
 ATTENTION_BOTTLENECK_SHARE = 0.40  # invest in attention only once a profile shows it above 40% of the forward
@@ -56,15 +57,6 @@ def _plain(value):
         return {"name": value.name, "q_heads": value.q_heads, "kv_heads": value.kv_heads,
                 "head_dim": value.head_dim}
     return value
-
-
-def gib(n_bytes: int | float | None) -> str:
-    """Bytes as GiB (2**30) text; MiB below 1 GiB."""
-    if n_bytes is None:
-        return "n/a"
-    if abs(n_bytes) < 2**30:
-        return f"{n_bytes / 2**20:,.1f} MiB"
-    return f"{n_bytes / 2**30:,.2f} GiB"
 
 
 def ms(time_ms: float | None) -> str:

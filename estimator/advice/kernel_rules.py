@@ -11,11 +11,11 @@ from estimator.advice.core import (
     _call_advice,
     _Context,
     _plan_advice,
-    gib,
     ms,
 )
 from estimator.call.config import AttentionCall
 from estimator.hardware import CATALOG
+from estimator.units import gib
 
 # --- kernel rules (one layer's attention call) -------------------------------------------------------------------
 

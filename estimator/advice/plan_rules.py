@@ -24,14 +24,15 @@ from estimator.advice.core import (
     Advice,
     _Context,
     _plan_advice,
-    gib,
     ms,
 )
 from estimator.advice.kernel_rules import eager_forward_peak_bytes, rule_eager, rule_fused
 
-__all__ = ["Advice", "advise", "eager_forward_peak_bytes", "gib", "ms"]
+__all__ = ["Advice", "advise", "eager_forward_peak_bytes", "ms"]
 from estimator.advice.tree import ADVICE_ORDER
+from estimator.call.backends import DEFAULT_TORCH
 from estimator.call.config import KV_DTYPE_BITS
+from estimator.units import gib
 
 # --- plan rules (the whole model on one GPU) ---------------------------------------------------------------------
 
@@ -341,7 +342,7 @@ def advise(inputs, *, mask: str = "none", cached_len: int = 0, make_plan=None, e
         from estimator.model.plan import make_plan
     if estimate_call is None:
         from estimator.call.attention import estimate_call
-    ctx = _Context(inputs, make_plan, estimate_call, torch_version or getattr(inputs, "torch_version", "2.11"),
+    ctx = _Context(inputs, make_plan, estimate_call, torch_version or getattr(inputs, "torch_version", DEFAULT_TORCH),
                    mask, int(cached_len))
     found: dict[str, Advice] = {}
     for rule in RULES:

@@ -10,13 +10,19 @@ import argparse
 import json
 import sys
 from dataclasses import replace
+from functools import partial
 
+from estimator.call.backends import DEFAULT_TORCH
 from estimator.call.config import BACKENDS, KV_DTYPE_BITS
 from estimator.hardware import CATALOG
 from estimator.model.budget import Plan
 from estimator.model.inputs import CHECKPOINTING, LOGITS, MODES, PlanInputs
 from estimator.model.plan import make_plan
+from estimator.model.recipes import OPTIMIZERS, PRECISIONS
 from estimator.model.specs import PRESETS, ModelSpec, from_hf_config, get_preset
+from estimator.units import gib
+
+_gib = partial(gib, missing="-", mib_below_1gib=False)  # the table's style: always GiB
 
 # PlanInputs / ModelSpec field → the flag that sets it, so that errors name what the user typed.
 FLAG_OF = {"seq_len": "--seq-len", "batch": "--batch", "dtype": "--dtype", "kv_dtype": "--kv-dtype",
@@ -24,7 +30,7 @@ FLAG_OF = {"seq_len": "--seq-len", "batch": "--batch", "dtype": "--dtype", "kv_d
            "gpu": "--gpu", "gpus": "--gpus", "tp": "--tp", "cp": "--cp", "logits": "--logits",
            "layers": "--layers", "hidden": "--hidden", "q_heads": "--heads", "kv_heads": "--kv-heads",
            "head_dim": "--head-dim", "ffn": "--ffn", "vocab": "--vocab", "preset": "--preset", "config": "--config",
-           "torch": "--torch", "sequence_parallel": "--sequence-parallel", "zero": "--zero",
+           "precision": "--precision", "optimizer": "--optimizer", "torch": "--torch", "sequence_parallel": "--sequence-parallel", "zero": "--zero",
            "micro_batch": "--micro-batch", "persistent_grads": "--persistent-grads"}
 ARCH_FLAGS = {"layers": "layers", "hidden": "hidden", "heads": "q_heads", "kv_heads": "kv_heads",
               "head_dim": "head_dim", "ffn": "ffn", "vocab": "vocab"}
@@ -51,6 +57,9 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     work.add_argument("--kv-dtype", default=None, help=f"KV cache: {', '.join(KV_DTYPE_BITS)} (default --dtype)")
     work.add_argument("--mode", default="inference", help=f"{' or '.join(MODES)} (default inference)")
     work.add_argument("--checkpointing", default="none", help=f"training: {', '.join(CHECKPOINTING)}")
+    work.add_argument("--precision", default=None,
+                      help=f"training: {', '.join(PRECISIONS)} (default from --dtype: bfloat16 -> bf16-mixed)")
+    work.add_argument("--optimizer", default="adamw", help=f"training: {', '.join(OPTIMIZERS)} (default adamw)")
     work.add_argument("--window", default=None, help="sliding window for every layer (default: the model's own)")
     work.add_argument("--backend", default="auto", help=f"{', '.join(BACKENDS)} (default auto)")
     work.add_argument("--logits", default="last", help=f"inference logits: {' or '.join(LOGITS)} positions")
@@ -66,7 +75,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     hw.add_argument("--zero", default="0", help="training: ZeRO stage 0-3 over the data-parallel replicas")
     hw.add_argument("--sequence-parallel", action="store_true",
                     help="training with --tp: split norm and residual activations tp ways too (Megatron-LM)")
-    hw.add_argument("--torch", dest="torch_version", default="2.11", help="PyTorch version modelled")
+    hw.add_argument("--torch", dest="torch_version", default=DEFAULT_TORCH, help="PyTorch version modelled")
 
 
 def _model_from_args(args: argparse.Namespace) -> ModelSpec:
@@ -131,7 +140,8 @@ def inputs_from_args(args: argparse.Namespace) -> PlanInputs:
                 raise ValueError("--seq-len: required (tokens per sequence)")
             seq_len = model.native_tokens
         return PlanInputs(model=model, seq_len=seq_len, batch=args.batch, dtype=args.dtype, kv_dtype=args.kv_dtype,
-                          mode=args.mode, checkpointing=args.checkpointing,
+                          mode=args.mode, checkpointing=args.checkpointing, precision=args.precision,
+                          optimizer=args.optimizer,
                           window=None if args.window is None else args.window, backend=args.backend,
                           gpu=args.gpu, gpus=args.gpus, tp=args.tp, cp=args.cp, torch_version=args.torch_version,
                           logits=args.logits, sequence_parallel=args.sequence_parallel, zero=args.zero,
@@ -176,10 +186,6 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(format_table(plan, result))
     return 0
-
-
-def _gib(value) -> str:
-    return "-" if value is None else f"{value / 2**30:,.2f} GiB"
 
 
 def format_table(plan: Plan, result: dict) -> str:

@@ -36,28 +36,36 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _tail(log: Path, chars: int = 2000) -> str:
+    return log.read_text(errors="replace")[-chars:] if log.exists() else ""
+
+
 @pytest.fixture(scope="session")
-def app_url():
-    """Start the app once for the session; wait for /_stcore/health (startup, not a timing assertion)."""
+def app_url(tmp_path_factory):
+    """Start the app once for the session; wait for /_stcore/health (startup, not a timing assertion).
+    The server's stdout and stderr go to a log file whose tail is in every start-up error and, at the end of
+    the session, in the test output (a pipe nobody reads would fill up and stall the server)."""
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port),
-         "--server.address", "127.0.0.1", "--server.headless", "true"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    log = tmp_path_factory.mktemp("streamlit") / "server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port),
+             "--server.address", "127.0.0.1", "--server.headless", "true"],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     try:
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"streamlit exited: {proc.stdout.read().decode(errors='replace')[-2000:]}")
+                raise RuntimeError(f"streamlit exited ({log}): {_tail(log)}")
             try:
                 with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
                     if resp.status == 200:
                         break
             except OSError:
                 if time.monotonic() > deadline:
-                    raise RuntimeError("streamlit did not become healthy within 60 s") from None
+                    raise RuntimeError(f"streamlit did not become healthy within 60 s ({log}): {_tail(log)}") from None
                 time.sleep(0.2)  # polling a server's startup, not waiting on the page under test
         yield url
     finally:
@@ -66,6 +74,7 @@ def app_url():
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+        print(f"\nstreamlit server log ({log}), last lines:\n{_tail(log)}", file=sys.stderr)
 
 
 @pytest.fixture(scope="session")

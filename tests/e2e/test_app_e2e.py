@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import io
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
+pytestmark = pytest.mark.e2e
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright (python) is not installed")
 expect = playwright.expect
 

@@ -1,14 +1,31 @@
-"""Small fakes of `make_plan` and `estimate_call` for the advisor's rule tests: PyTorch 2.11 eligibility
-(docs/sdpa-internals.md) with deliberately simple byte and time formulas, so that each rule can be
-driven into and out of its trigger. The scenario tests use the real estimator."""
+"""Shared test helpers and the hypothesis profile.
+
+- The hypothesis profile "ci" (40 examples, no deadline) is loaded for every property test.
+- Small fakes of `make_plan` and `estimate_call` for the advisor's rule tests: PyTorch 2.11 eligibility
+  (docs/sdpa-internals.md) with deliberately simple byte and time formulas, so that each rule can be driven
+  into and out of its trigger. The scenario tests use the real estimator.
+- `check_effect`: the numbers in an advice are the estimator's own, re-run with `advice.change`.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 from types import SimpleNamespace
 
+import pytest
+from hypothesis import settings
+
+from estimator.advice.plan_rules import eager_forward_peak_bytes
+from estimator.call.attention import estimate_call
+from estimator.call.backends import DEFAULT_TORCH
 from estimator.call.config import DTYPE_BITS, KV_DTYPE_BITS
 from estimator.hardware import get_gpu
+from estimator.model.inputs import attention_call
+from estimator.model.plan import make_plan
+
+settings.register_profile("ci", max_examples=40, deadline=None)
+settings.load_profile("ci")
 
 
 def reasons_for(call, gpu) -> dict[str, tuple[str, ...]]:
@@ -35,7 +52,7 @@ def reasons_for(call, gpu) -> dict[str, tuple[str, ...]]:
     return {"cudnn": tuple(cudnn), "flash": tuple(flash), "efficient": tuple(eff), "math": ()}
 
 
-def fake_estimate(call, gpu, torch_version="2.11"):
+def fake_estimate(call, gpu, torch_version=DEFAULT_TORCH):
     reasons = reasons_for(call, gpu)
     order = ("cudnn", "flash", "efficient", "math") if gpu.sm >= 90 else ("flash", "efficient", "math", "cudnn")
     if call.backend == "eager":
@@ -104,3 +121,34 @@ def fake_inputs(**kw):
         model = get_preset(model)
     model = dataclasses.replace(model, **kw.pop("model_changes", {}))
     return PlanInputs(model=model, **{"seq_len": 4096, "gpu": "h100-sxm", **kw})
+
+
+def check_effect(inputs, options, advice):
+    """The numbers in the advice are the estimator's own, re-run with `advice.change`."""
+    change = dict(advice.change)
+    if not change and advice.bytes_after is None:  # advice without a change to re-run (no fused backend exists)
+        assert advice.id == "use-fused-kernel"
+        return
+    time_key = "step_time_ms" if inputs.mode == "training" else "prefill_time_ms"
+    if advice.bytes_metric == "total_bytes per GPU":
+        assert advice.bytes_before == make_plan(inputs, solve=False).total_bytes
+        if change:
+            after = make_plan(replace(inputs, **change), solve=False)
+            assert advice.bytes_after == after.total_bytes
+            assert advice.time_ms_after == pytest.approx(getattr(after, time_key), rel=1e-12)
+        return
+    call = attention_call(inputs, mask=options["mask"], **({"causal": False} if options["mask"] != "none" else {}))
+    if options["cached_len"]:
+        call = replace(call, q_len=call.kv_len - options["cached_len"])
+    gpu = get_gpu(inputs.gpu)
+    if advice.id == "inplace-masked-fill":
+        assert advice.bytes_before == eager_forward_peak_bytes(call, inplace_fill=False)
+        assert advice.bytes_after == eager_forward_peak_bytes(call, inplace_fill=True)
+        return
+    assert advice.bytes_metric == "attention peak_extra_bytes per layer call"
+    baseline = replace(call, backend="auto") if advice.id == "pad-head-dim" else call
+    assert advice.bytes_before == estimate_call(baseline, gpu, inputs.torch_version).peak_extra_bytes
+    after = estimate_call(replace(call, **{k: v for k, v in change.items() if k != "gpu"}),
+                          get_gpu(change.get("gpu", inputs.gpu)), inputs.torch_version)
+    assert advice.bytes_after == after.peak_extra_bytes
+    assert advice.time_ms_after == pytest.approx(after.time_ms, rel=1e-12)

@@ -115,3 +115,19 @@ def get_gpu(name: str) -> GPU:
     if key not in CATALOG:
         raise ValueError(f"gpu: unknown GPU {name!r}; known: {', '.join(CATALOG)}")
     return CATALOG[key]
+
+
+# Catalog name from torch.cuda.get_device_name(): the first matching substring wins.
+DEVICE_NAME_PATTERNS = (("h200", "h200"), ("h100 pcie", "h100-pcie"), ("h100", "h100-sxm"),
+                        ("a100-sxm4-40", "a100-40gb"), ("a100-pcie-40", "a100-40gb"), ("a100", "a100-80gb"),
+                        ("l40s", "l40s"), ("a10g", "a10g"), ("l4", "l4"), ("4090", "rtx-4090"), ("3090", "rtx-3090"),
+                        ("t4", "t4"), ("v100", "v100"))
+
+
+def gpu_from_device_name(device_name: str) -> str | None:
+    """The catalog name of a CUDA device name ('NVIDIA H200' -> 'h200'); None when no pattern matches."""
+    lowered = device_name.lower()
+    for pattern, name in DEVICE_NAME_PATTERNS:
+        if pattern in lowered:
+            return name
+    return None

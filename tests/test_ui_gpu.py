@@ -10,6 +10,7 @@ from estimator.hardware import get_gpu
 from estimator.model.inputs import PlanInputs
 from estimator.model.specs import get_preset
 from ui import gpu
+from validation.guard import APP_GUARD
 
 H200 = get_gpu("h200")
 
@@ -32,7 +33,7 @@ def test_plan_calls_inference_has_prefill_and_decode_training_has_backward():
 def test_guard_blocks_by_predicted_size_and_caps_the_count():
     calls = gpu.plan_calls(inputs(seq_len=32768, backend="math"))
     need = [estimate_call(c, H200).input_bytes + estimate_call(c, H200).peak_extra_bytes for c in calls]
-    free = int((max(need) - 1 + gpu.RESERVE_BYTES) / gpu.GUARD_FRACTION)  # the biggest call misses by a byte
+    free = int((max(need) - 1) * (1 + APP_GUARD.margin_fraction) + APP_GUARD.margin_bytes)  # the biggest misses
     table = gpu.guard(calls, H200, free)
     assert list(table["allowed"]) == [n < max(need) for n in need]
     assert table["blocked_because"][need.index(max(need))].startswith("needs")

@@ -11,8 +11,9 @@ import pytest
 
 from estimator.call.backends import DEFAULT_TORCH
 from estimator.call.config import AttentionCall
-from validation import report
-from validation.grid import make_grid, random_sample
+from validation import kernels, report
+from validation.case_lists import make_grid
+from validation.grid import random_sample
 
 MIB = 2**20
 
@@ -102,21 +103,21 @@ def test_doubling_table_reports_time_ratios_per_doubling():
 def test_expected_eager_kernel_counts(call, expected):
     r = {"dtype": "bfloat16", "batch": 1, "q_heads": 8, "kv_heads": 8, "head_dim": 64, "q_len": 1024,
          "kv_len": 1024, "causal": 0, "mask": "none", "dropout": 0.0, "mode": "forward", **call}
-    assert report.expected_eager_kernels(r) == expected
+    assert kernels.expected_eager_kernels(r) == expected
 
 
 def test_tensor_iterator_splits_past_32_bit_offsets():
-    assert report.launches((1, 16, 8192, 8192), 2) == 1  # 2**31 bytes: the last offset is 2**31 - 1
-    assert report.launches((1, 16, 8192, 8192), 4) == 2
-    assert report.launches((1, 16, 16384, 16384), 2) == 4
-    assert report.launches((3, 2**30), 1) == 3  # 3 -> 1 + 2 -> 1 + (1 + 1)
+    assert kernels.launches((1, 16, 8192, 8192), 2) == 1  # 2**31 bytes: the last offset is 2**31 - 1
+    assert kernels.launches((1, 16, 8192, 8192), 4) == 2
+    assert kernels.launches((1, 16, 16384, 16384), 2) == 4
+    assert kernels.launches((3, 2**30), 1) == 3  # 3 -> 1 + 2 -> 1 + (1 + 1)
 
 
 def test_kernel_table_sets_eager_beside_fused_backends():
     df = frame(row(backend="eager", n_kernels=6), row(backend="eager", n_kernels=7),  # B1 H8 L1024 D64 bf16
                row(backend="cudnn", n_kernels=1), row(backend="math", n_kernels=20),
                row(backend="eager", n_kernels=9, causal=1))
-    table = report.kernel_table(df).set_index("variant")
+    table = kernels.kernel_table(df).set_index("variant")
     assert table.loc["16-bit", "eager_expected"] == "6" and table.loc["16-bit", "eager_measured"] == "6–7"
     assert table.loc["16-bit", "eager_match"] == "1/2" and table.loc["16-bit", "cudnn"] == "1"
     assert table.loc["16-bit causal", "eager_match"] == "1/1"
@@ -214,5 +215,5 @@ def test_unknown_grid_kind_or_option_is_a_value_error():
     ("NVIDIA L4", "l4"), ("NVIDIA GeForce RTX 4090", "rtx-4090"), ("Tesla T4", "t4"), ("cpu", None),
 ])
 def test_device_names_map_to_the_catalog(device_name, gpu):
-    from validation.cli import gpu_from_device_name
+    from estimator.hardware import gpu_from_device_name
     assert gpu_from_device_name(device_name) == gpu

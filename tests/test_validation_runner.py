@@ -16,7 +16,9 @@ from estimator.call.backends import DEFAULT_TORCH
 from validation import runner
 from validation.cli import main
 from validation.grid import case, number, write_csv
-from validation.runner import RunOptions, read_cases, sweep
+from validation.guard import input_bytes
+from validation.rows import call_from_row, read_cases
+from validation.runner import RunOptions, sweep
 
 SMALL = dict(batch=1, q_heads=2, head_dim=16, q_len=64)
 
@@ -111,8 +113,8 @@ def test_case_predicted_beyond_free_memory_is_skipped_unless_forced(tmp_path, mo
 
 
 def test_skip_reason_uses_inputs_plus_peak_and_margin():
-    call = runner.call_from_row(case("math", "bfloat16", batch=1, q_heads=1, head_dim=64, q_len=1024))
-    inputs = runner.input_bytes(call)
+    call = call_from_row(case("math", "bfloat16", batch=1, q_heads=1, head_dim=64, q_len=1024))
+    inputs = input_bytes(call)
     assert inputs == 3 * 1024 * 64 * 2
     opts = RunOptions(margin_fraction=0.0, margin_bytes=0)
     pred = {"predicted_peak_extra_bytes": 1000, "predicted_supported": True}
@@ -222,13 +224,6 @@ def test_cuda_requested_without_gpu_is_a_plain_error(tmp_path, capsys):
     inp = write_cases(tmp_path, [case("math", "float32", **SMALL)])
     assert main(["run", "--in", str(inp), "--out", str(tmp_path / "o.csv"), "--device", "cuda"]) == 2
     assert "cuda requested but torch sees no GPU" in capsys.readouterr().err
-
-
-def test_first_version_run_rows_call_still_works(tmp_path, fake_predict):
-    rows = number([case("eager", "float32", **SMALL)], "t")
-    counts = runner.run_rows(rows, str(tmp_path / "o.csv"), device="cpu", repeats=1)
-    out = read_out(tmp_path / "o.csv")
-    assert counts["ok"] == 1 and out[0]["status"] == "ok" and int(out[0]["measured_peak_extra_bytes"]) > 0
 
 
 def test_cli_run_on_cpu_with_the_real_estimator_puts_its_predictions_beside(tmp_path):

@@ -3,12 +3,13 @@ pure), so that a re-run after a form submit recomputes only what changed. Shared
 
 The solvers are memoised on what they depend on: the largest n that fits does not depend on the current n,
 nor the largest batch on the current batch (both are binary searches over a total that grows with each,
-estimator/solve.py), so changing n re-solves only the batch, and the other way round.
+estimator/model/solve.py), so changing n re-solves only the batch, and the other way round.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 from functools import lru_cache
 
 import pandas as pd
@@ -24,18 +25,35 @@ def budget(inputs):
     return make_plan(inputs, solve=False)
 
 
-@lru_cache(maxsize=256)
-def _max_seq_len(key, inputs):
-    from estimator.model.solve import max_seq_len
+class _KeyedMemo:
+    """An LRU memo of one solver keyed on `key` alone. (An lru_cache over (key, inputs) never hit: `inputs`
+    carries the very field the key leaves out, so every new n missed.) The answer is computed from the first
+    inputs seen with the key, which is right because the solver's answer does not depend on that field."""
 
-    return max_seq_len(inputs)
+    def __init__(self, solver: str, maxsize: int = 256):
+        self.solver, self.maxsize, self.hits, self.misses = solver, maxsize, 0, 0
+        self._answers: OrderedDict = OrderedDict()
+
+    def __call__(self, key, inputs):
+        if key in self._answers:
+            self.hits += 1
+            self._answers.move_to_end(key)
+            return self._answers[key]
+        from estimator.model import solve
+
+        self.misses += 1
+        answer = self._answers[key] = getattr(solve, self.solver)(inputs)
+        if len(self._answers) > self.maxsize:
+            self._answers.popitem(last=False)
+        return answer
+
+    def cache_clear(self) -> None:
+        self._answers.clear()
+        self.hits = self.misses = 0
 
 
-@lru_cache(maxsize=256)
-def _max_batch(key, inputs):
-    from estimator.model.solve import max_batch
-
-    return max_batch(inputs)
+_max_seq_len = _KeyedMemo("max_seq_len")  # keyed on the inputs with seq_len left out
+_max_batch = _KeyedMemo("max_batch")  # keyed on the inputs with batch left out
 
 
 def plan(inputs, *, solve: bool = True):

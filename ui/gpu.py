@@ -1,7 +1,8 @@
 """GPU validation from the app: the plan's attention calls, guarded, measured one at a time.
 
-Guards: at most MAX_CALLS calls per job; a call runs only if its predicted inputs + peak extra fit in
-GUARD_FRACTION of the free memory, less a fixed reserve; one GPU job at a time per server process (a
+Guards: at most MAX_CALLS calls per job; a call runs only if its predicted inputs + peak extra pass
+validation.guard.APP_GUARD (80% of the free memory less 1 GiB, at most 64 GiB: the rule `python -m validation
+run` applies with its own margins); one GPU job at a time per server process (a
 non-blocking lock: a second job is refused, never queued). torch is imported only when a page asks for it,
 so the planner itself starts without it.
 """
@@ -14,16 +15,13 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from estimator.call.config import AttentionCall
+from estimator.call.config import CALL_COLUMNS, AttentionCall
 from estimator.hardware import GPU
+from estimator.units import GIB
+from validation.guard import APP_GUARD, APP_GUARD_TEXT
 
 MAX_CALLS = 16
-GUARD_FRACTION = 0.8  # use at most 80% of the free memory ...
-RESERVE_BYTES = 1 << 30  # ... and leave 1 GiB for the CUDA context growth and fragmentation
-MAX_CALL_BYTES = 64 << 30  # and never more than 64 GiB for one call, whatever the GPU
 _JOB_LOCK = threading.Lock()
-CALL_COLUMNS = ("backend", "dtype", "batch", "q_heads", "kv_heads", "head_dim", "q_len", "kv_len", "causal",
-                "mask", "dropout", "mode")
 
 
 class Busy(RuntimeError):
@@ -69,7 +67,7 @@ def guard(calls: list[AttentionCall], gpu: GPU, free_bytes: int) -> pd.DataFrame
     """Each call with its prediction and whether it may run here; the reason when not."""
     from estimator.call.attention import estimate_call
 
-    budget = min(int(free_bytes * GUARD_FRACTION) - RESERVE_BYTES, MAX_CALL_BYTES)
+    allowance = APP_GUARD.allowance(free_bytes)
     rows = []
     for i, call in enumerate(calls):
         est = estimate_call(call, gpu)
@@ -79,9 +77,9 @@ def guard(calls: list[AttentionCall], gpu: GPU, free_bytes: int) -> pd.DataFrame
             reason = f"over the cap of {MAX_CALLS} calls per job"
         elif not est.supported:
             reason = f"{call.backend} cannot run this call (predicted)"
-        elif need > budget:
-            reason = (f"needs {need / 2**30:,.2f} GiB predicted; the guard allows {max(budget, 0) / 2**30:,.2f} GiB "
-                      f"({GUARD_FRACTION:.0%} of free memory less 1 GiB, at most {MAX_CALL_BYTES >> 30} GiB)")
+        elif APP_GUARD.blocks(need, free_bytes):
+            reason = (f"needs {need / GIB:,.2f} GiB predicted; the guard allows {max(allowance, 0) / GIB:,.2f} GiB "
+                      f"({APP_GUARD_TEXT})")
         rows.append({**{k: getattr(call, k) for k in CALL_COLUMNS}, "predicted_backend": est.selected_backend,
                      "peak_extra_bytes": est.peak_extra_bytes, "input_bytes": est.input_bytes,
                      "time_ms": est.time_ms if est.supported else None, "allowed": not reason,

@@ -19,7 +19,7 @@ from estimator.call.config import (
     normalize_dtype,
     parse_bool,
 )
-from estimator.hardware import CATALOG, get_gpu
+from estimator.hardware import get_gpu
 from estimator.model.inputs import CHECKPOINTING, LOGITS
 from estimator.model.inputs import MODES as PLAN_MODES
 
@@ -143,10 +143,6 @@ def call_values_from_query(params: Mapping) -> tuple[dict, list[str]]:
 
 def call_query_from_values(values: Mapping) -> dict[str, str]:
     return {k: str(int(v)) if isinstance(v, bool) else str(v) for k, v in values.items() if k in CALL_DEFAULTS}
-
-
-def gpu_names() -> tuple[str, ...]:
-    return tuple(CATALOG)
 
 
 # --- form values → the estimator's configs (ValueError naming the field on bad input) ---------------------------

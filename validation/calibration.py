@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import sys
 
-from validation.grid import BACKENDS, DTYPES, MODES, case, number, random_sample, write_csv
+from estimator.call.config import BACKENDS, MODES
+from validation.grid import DTYPES, case, number, random_sample, write_csv
 
 FUSED = ("flash", "efficient", "cudnn")
 
@@ -84,12 +85,6 @@ def trace_rows() -> list[dict]:
     return number(rows, "trace")
 
 
-if __name__ == "__main__":
-    out = sys.argv[1] if len(sys.argv) > 1 else "."
-    write_csv(calibration_rows(), f"{out}/calibration.csv")
-    write_csv(trace_rows(), f"{out}/traces.csv")
-
-
 def efficient_backward_rows() -> list[dict]:
     """Shapes that pin down the efficient backward workspace (key splits, head-dim rounding)."""
     rows = []
@@ -105,18 +100,7 @@ def efficient_backward_rows() -> list[dict]:
     return number(rows, "effbwd")
 
 
-def residual_rows() -> list[dict]:
-    """The held-out misses, and neighbours, for allocation traces: cuDNN backward with a float mask at small
-    q_len, flash backward with a head_dim that needs padding."""
-    rows = [case("cudnn", "float16", batch=8, q_heads=12, head_dim=80, q_len=4, kv_len=1024, mask="float",
-                 mode="forward_backward"),
-            case("cudnn", "float16", batch=2, q_heads=4, head_dim=64, q_len=4, kv_len=1024, mask="float",
-                 mode="forward_backward"),
-            case("cudnn", "float16", batch=2, q_heads=4, head_dim=64, q_len=4, kv_len=1024, mode="forward_backward"),
-            case("cudnn", "bfloat16", batch=2, q_heads=4, head_dim=64, q_len=64, kv_len=1024, mask="float",
-                 mode="forward_backward"),
-            case("flash", "bfloat16", batch=8, q_heads=12, head_dim=100, q_len=1000, causal=1,
-                 mode="forward_backward"),
-            case("flash", "bfloat16", batch=1, q_heads=4, head_dim=100, q_len=512, mode="forward_backward"),
-            case("flash", "bfloat16", batch=1, q_heads=4, head_dim=100, q_len=512, mode="forward")]
-    return number(rows, "resid")
+if __name__ == "__main__":
+    out = sys.argv[1] if len(sys.argv) > 1 else "."
+    write_csv(calibration_rows(), f"{out}/calibration.csv")
+    write_csv(trace_rows(), f"{out}/traces.csv")

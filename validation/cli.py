@@ -11,18 +11,7 @@ import argparse
 import sys
 import time
 
-# gpu catalog name from torch.cuda.get_device_name(): first matching substring wins.
-GPU_NAME_PATTERNS = (("h200", "h200"), ("h100 pcie", "h100-pcie"), ("h100", "h100-sxm"), ("a100-sxm4-40", "a100-40gb"),
-                     ("a100-pcie-40", "a100-40gb"), ("a100", "a100-80gb"), ("l40s", "l40s"), ("a10g", "a10g"),
-                     ("l4", "l4"), ("4090", "rtx-4090"), ("3090", "rtx-3090"), ("t4", "t4"), ("v100", "v100"))
-
-
-def gpu_from_device_name(device_name: str) -> str | None:
-    lowered = device_name.lower()
-    for pattern, name in GPU_NAME_PATTERNS:
-        if pattern in lowered:
-            return name
-    return None
+from estimator.hardware import get_gpu, gpu_from_device_name
 
 
 def modelled_torch(version: str) -> str | None:
@@ -38,7 +27,8 @@ def modelled_torch(version: str) -> str | None:
 def _run(args) -> int:
     import torch
 
-    from validation.runner import RunOptions, read_cases, sweep, write_meta
+    from validation.rows import read_cases
+    from validation.runner import RunOptions, sweep, write_meta
 
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -50,7 +40,6 @@ def _run(args) -> int:
         if device == "cuda" and detected is None:
             raise ValueError(f"gpu: cannot map {torch.cuda.get_device_name()!r} to the catalog; pass --gpu NAME")
         gpu = detected or "h200"
-    from estimator.hardware import get_gpu
     gpu = get_gpu(gpu).name
     options = RunOptions(device=device, repeats=args.repeats, timeout_s=args.timeout_s, force=args.force, gpu=gpu,
                          torch_version=args.torch or modelled_torch(torch.__version__))
@@ -66,7 +55,8 @@ def _run(args) -> int:
 
 def _grid(args) -> int:
     from validation import grid
-    rows = grid.make_grid(args.kind, seed=args.seed, n=args.n, dtype=args.dtype, mode=args.mode, stop=args.stop)
+    from validation.case_lists import make_grid
+    rows = make_grid(args.kind, seed=args.seed, n=args.n, dtype=args.dtype, mode=args.mode, stop=args.stop)
     grid.write_csv(rows, args.out)
     print(f"wrote {len(rows)} cases to {args.out}", file=sys.stderr)
     return 0

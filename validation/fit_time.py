@@ -1,7 +1,7 @@
-"""Fit the time model (estimator/timing.py: EFFICIENCY) from measured rows.
+"""Fit the time model (estimator/call/timing.py: FIT_FACTORS) from measured rows.
 
 `python -m validation.fit_time validation/data/h200_calibration.csv validation/data/h200_heldout.csv`
-prints, per backend and mode, flop_eff, bw_eff and overhead_ms from a least-squares fit of relative
+prints, per backend and mode, flop_fit, bw_fit and overhead_ms from a least-squares fit of relative
 error (time = a·ideal_compute + b·ideal_memory + c), with the median and 90th-percentile error of the
 fit and of the model now in the estimator. Pure pandas + numpy: runs without torch.
 """
@@ -40,8 +40,8 @@ def fit(frames: list[pd.DataFrame], gpu_name: str = "h200") -> pd.DataFrame:
         coef = np.maximum(coef, [1e-3, 1e-3, 0.02])
         fitted = np.abs(coef[0] * comp_ms[idx] + coef[1] * mem_ms[idx] + coef[2] - meas[idx]) / meas[idx]
         now = np.abs(cols["time_ms"][idx] - meas[idx]) / meas[idx]
-        out.append({"backend": b, "grad": bool(g), "rows": len(idx), "flop_eff": round(1 / coef[0], 3),
-                    "bw_eff": round(1 / coef[1], 3), "overhead_ms": round(coef[2], 3),
+        out.append({"backend": b, "grad": bool(g), "rows": len(idx), "flop_fit": round(1 / coef[0], 3),
+                    "bw_fit": round(1 / coef[1], 3), "overhead_ms": round(coef[2], 3),
                     "fit_median_err": round(float(np.median(fitted)), 3),
                     "fit_p90_err": round(float(np.quantile(fitted, 0.9)), 3),
                     "model_median_err": round(float(np.median(now)), 3)})

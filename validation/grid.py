@@ -5,11 +5,11 @@ from __future__ import annotations
 import itertools
 import random
 
-COLUMNS = ("id", "backend", "dtype", "batch", "q_heads", "kv_heads", "head_dim", "q_len", "kv_len",
-           "causal", "mask", "dropout", "mode")
-BACKENDS = ("auto", "math", "flash", "efficient", "cudnn", "eager")
-DTYPES = ("bfloat16", "float16", "float32")
-MODES = ("forward", "forward_backward")
+from estimator.call.config import BACKENDS, MODES
+from validation.schema import CALL_FIELDS
+
+COLUMNS = ("id", *CALL_FIELDS)
+DTYPES = ("bfloat16", "float16", "float32")  # the order the grids draw them in
 
 
 def case(backend="auto", dtype="bfloat16", batch=2, q_heads=16, kv_heads=None, head_dim=128, q_len=1024,
@@ -85,37 +85,6 @@ def all_kinds_sample(seed: int = 0, n: int = 200) -> list[dict]:
     rows += n_sweep(backends=("math", "efficient", "eager", "auto"), dtype="float32", stop=16384)
     rows += matrix() + random_sample(n, seed=seed)
     return number([{k: v for k, v in r.items() if k != "id"} for r in rows], "sweep")
-
-
-KINDS = ("nsweep", "matrix", "random", "calibration", "cpu", "sweep")
-
-
-def make_grid(kind: str, *, seed: int = 0, n: int = 200, dtype: str = "bfloat16", mode: str = "forward",
-              stop: int = 32768) -> list[dict]:
-    """The named grid; ValueError naming the field for an unknown kind or a bad size (dtype, mode and
-    stop shape the n sweep)."""
-    if kind not in KINDS:
-        raise ValueError(f"kind: unknown grid {kind!r}; expected one of {', '.join(KINDS)}")
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"n: expected a positive integer, got {n!r}")
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype: unknown {dtype!r}; expected one of {', '.join(DTYPES)}")
-    if mode not in MODES:
-        raise ValueError(f"mode: unknown {mode!r}; expected one of {', '.join(MODES)}")
-    if not isinstance(stop, int) or not 128 <= stop <= 1 << 20:
-        raise ValueError(f"stop: expected a sequence length in [128, 1048576], got {stop!r}")
-    if kind == "nsweep":
-        return n_sweep(dtype=dtype, mode=mode, stop=stop)
-    if kind == "matrix":
-        return matrix()
-    if kind == "random":
-        return random_sample(n, seed=seed)
-    if kind == "cpu":
-        return cpu_grid()
-    if kind == "sweep":
-        return all_kinds_sample(seed=seed, n=n)
-    from validation.calibration import calibration_rows
-    return calibration_rows()
 
 
 def write_csv(rows: list[dict], path) -> None:

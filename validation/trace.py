@@ -30,7 +30,7 @@ def trace(call) -> list[tuple[str, int]]:
 
 
 def trace_rows(rows, out_path) -> None:
-    from validation.runner import call_from_row
+    from validation.rows import call_from_row
     result = {}
     for row in rows:
         try:

@@ -5,7 +5,7 @@ Element sizes are kept in bits so that 4-bit KV caches stay exact (style rule 3)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 DTYPE_BITS: dict[str, int] = {"float16": 16, "bfloat16": 16, "float32": 32}
 # KV-cache storage types for plans (a superset: 8- and 4-bit quantised caches).
@@ -123,3 +123,8 @@ class AttentionCall:
     @property
     def training(self) -> bool:
         return self.mode == "forward_backward"
+
+
+# A call's columns in contract §2 order (backend, dtype, then the fields as AttentionCall declares them): the CSV
+# columns of predict, of validation and of the app's exports, derived here so that they cannot drift apart.
+CALL_COLUMNS = ("backend", "dtype", *(f.name for f in fields(AttentionCall) if f.name not in ("backend", "dtype")))

@@ -9,14 +9,23 @@ import pandas as pd
 
 from estimator.call import backends
 from estimator.call.attention import estimate_columns
-from estimator.call.config import BACKENDS, DTYPE_ALIASES, DTYPE_BITS, MASKS, MAX_ELEMENTS, MODES, SIZE_LIMITS
+from estimator.call.config import (
+    BACKENDS,
+    CALL_COLUMNS,
+    DTYPE_ALIASES,
+    DTYPE_BITS,
+    MASKS,
+    MAX_ELEMENTS,
+    MODES,
+    SIZE_LIMITS,
+)
 from estimator.call.shapes import Calls
 from estimator.hardware import get_gpu
 
 ROW_ERROR = "__row_error__"  # set by read_csv_text on rows the CSV itself garbled
 
 INT_FIELDS = SIZE_LIMITS
-REQUIRED = ("backend", "dtype", *INT_FIELDS, "causal", "mask", "dropout", "mode")
+REQUIRED = CALL_COLUMNS
 OUTPUTS = ("supported", "selected_backend", "peak_extra_bytes", "fits", "flops", "time_ms")
 
 

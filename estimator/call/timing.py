@@ -1,14 +1,15 @@
 """Predicted duration of one attention call on a GPU.
 
-time = executed_flops / (peak_flops · flop_eff) + hbm_bytes / (bandwidth · bw_eff) + overhead
+time = executed_flops / (peak_flops · flop_fit) + hbm_bytes / (bandwidth · bw_fit) + overhead
 
 Additive, not max(): each path runs as a chain of kernels whose GEMM and streaming phases do not
-overlap much, and the fit was better that way. flop_eff, bw_eff and the per-call overhead (Python,
+overlap much, and the fit was better that way. flop_fit, bw_fit and the per-call overhead (Python,
 dispatch, launches) per backend and mode are a least-squares fit of relative error over the H200 rows
 (validation/data/h200_calibration.csv + h200_heldout.csv, torch 2.11); `python -m validation.fit_time`
 refits them. Median |relative error| on those rows is 11-30% by backend and mode, and the 90th
-percentile 35-75%: a planning estimate, stated as such. An "efficiency" above 1 means the path beats
-the naive roofline term (e.g. eager's fp32 GEMMs, or fused kernels moving less than we count).
+percentile 35-75%: a planning estimate, stated as such. These are fit factors, not hardware
+efficiencies: a factor above 1 means the path beats the naive roofline term (e.g. eager's fp32 GEMMs, or
+fused kernels moving less than we count).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import numpy as np
 from estimator.call.shapes import Calls
 from estimator.hardware import GPU
 
-# (flop_eff, bw_eff, overhead_ms) per (backend, forward_backward); fitted as described above.
-EFFICIENCY = {
+# (flop_fit, bw_fit, overhead_ms) per (backend, forward_backward): fit factors of the roofline terms (not
+# efficiencies: some exceed 1), fitted as described above.
+FIT_FACTORS = {
     ("cudnn", False): (0.618, 0.725, 0.072), ("cudnn", True): (0.516, 1.640, 0.343),
     ("eager", False): (1.604, 0.373, 0.163), ("eager", True): (1.716, 0.518, 0.797),
     ("efficient", False): (0.609, 0.144, 0.081), ("efficient", True): (0.584, 0.100, 0.354),
@@ -49,14 +51,14 @@ def time_ms(c: Calls, backend, executed, gpu: GPU):
     peak_fp32 = gpu.peak_flops_per_s["float32"]
     # the math path upcasts 16-bit inputs and runs fp32 SIMT GEMMs; everything fp32 runs at the fp32 rate
     peak = np.where(c.fp32 | (backend == "math"), peak_fp32, peak_half)
-    flop_eff = np.ones(np.shape(executed), dtype=np.float64)
-    bw_eff = np.ones(np.shape(executed), dtype=np.float64)
+    flop_fit = np.ones(np.shape(executed), dtype=np.float64)
+    bw_fit = np.ones(np.shape(executed), dtype=np.float64)
     overhead = np.zeros(np.shape(executed), dtype=np.float64)
-    for (name, grad), (fe, be, oh) in EFFICIENCY.items():
+    for (name, grad), (fe, be, oh) in FIT_FACTORS.items():
         sel = (backend == name) & (c.grad == grad)
-        flop_eff = np.where(sel, fe, flop_eff)
-        bw_eff = np.where(sel, be, bw_eff)
+        flop_fit = np.where(sel, fe, flop_fit)
+        bw_fit = np.where(sel, be, bw_fit)
         overhead = np.where(sel, oh, overhead)
-    compute_s = executed / (peak * flop_eff)
-    memory_s = hbm_bytes(c, backend) / (gpu.hbm_bytes_per_s * bw_eff)
+    compute_s = executed / (peak * flop_fit)
+    memory_s = hbm_bytes(c, backend) / (gpu.hbm_bytes_per_s * bw_fit)
     return (compute_s + memory_s) * 1e3 + overhead

@@ -18,6 +18,7 @@ from estimator.hardware import CATALOG
 from estimator.model.budget import Plan
 from estimator.model.inputs import CHECKPOINTING, LOGITS, MODES, PlanInputs
 from estimator.model.plan import make_plan
+from estimator.model.recipes import OPTIMIZERS, PRECISIONS
 from estimator.model.specs import PRESETS, ModelSpec, from_hf_config, get_preset
 from estimator.units import gib
 
@@ -29,6 +30,7 @@ FLAG_OF = {"seq_len": "--seq-len", "batch": "--batch", "dtype": "--dtype", "kv_d
            "gpu": "--gpu", "gpus": "--gpus", "tp": "--tp", "cp": "--cp", "logits": "--logits",
            "layers": "--layers", "hidden": "--hidden", "q_heads": "--heads", "kv_heads": "--kv-heads",
            "head_dim": "--head-dim", "ffn": "--ffn", "vocab": "--vocab", "preset": "--preset", "config": "--config",
+           "precision": "--precision", "optimizer": "--optimizer",
            "torch": "--torch", "sequence_parallel": "--sequence-parallel", "zero": "--zero",
            "micro_batch": "--micro-batch", "persistent_grads": "--persistent-grads"}
 ARCH_FLAGS = {"layers": "layers", "hidden": "hidden", "heads": "q_heads", "kv_heads": "kv_heads",
@@ -56,6 +58,9 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     work.add_argument("--kv-dtype", default=None, help=f"KV cache: {', '.join(KV_DTYPE_BITS)} (default --dtype)")
     work.add_argument("--mode", default="inference", help=f"{' or '.join(MODES)} (default inference)")
     work.add_argument("--checkpointing", default="none", help=f"training: {', '.join(CHECKPOINTING)}")
+    work.add_argument("--precision", default=None,
+                      help=f"training: {', '.join(PRECISIONS)} (default from --dtype: bfloat16 -> bf16-mixed)")
+    work.add_argument("--optimizer", default="adamw", help=f"training: {', '.join(OPTIMIZERS)} (default adamw)")
     work.add_argument("--window", default=None, help="sliding window for every layer (default: the model's own)")
     work.add_argument("--backend", default="auto", help=f"{', '.join(BACKENDS)} (default auto)")
     work.add_argument("--logits", default="last", help=f"inference logits: {' or '.join(LOGITS)} positions")
@@ -136,7 +141,8 @@ def inputs_from_args(args: argparse.Namespace) -> PlanInputs:
                 raise ValueError("--seq-len: required (tokens per sequence)")
             seq_len = model.native_tokens
         return PlanInputs(model=model, seq_len=seq_len, batch=args.batch, dtype=args.dtype, kv_dtype=args.kv_dtype,
-                          mode=args.mode, checkpointing=args.checkpointing,
+                          mode=args.mode, checkpointing=args.checkpointing, precision=args.precision,
+                          optimizer=args.optimizer,
                           window=None if args.window is None else args.window, backend=args.backend,
                           gpu=args.gpu, gpus=args.gpus, tp=args.tp, cp=args.cp, torch_version=args.torch_version,
                           logits=args.logits, sequence_parallel=args.sequence_parallel, zero=args.zero,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from estimator.call.shapes import cdiv
 from estimator.model.inputs import LayerAttention, PlanInputs, Sizes
+from estimator.model.state import optimizer_step_bytes
 
 
 def inference_activations(inputs: PlanInputs, attn: list[LayerAttention], z: Sizes,
@@ -36,57 +37,88 @@ def model_level_bytes(inputs: PlanInputs, z: Sizes) -> int:
     int64 position ids. Measured on whole HF models, tests/data/hf_model_prefill_peak.csv."""
     if inputs.model.kind != "decoder":
         return z.resid
-    return z.resid + 2 * z.n * inputs.model.head_dim * z.es + z.n * 8
+    return z.resid + 2 * z.n * inputs.model.head_dim * z.rs + z.n * 8
 
 
 def training_peak(inputs: PlanInputs, attn: list[LayerAttention], z: Sizes,
-                   grads: int) -> tuple[int, int, dict[str, int]]:
-    """(activations, gradients allocated, detail) at the peak of a training step.
+                  grads: int) -> tuple[dict[str, int], dict[str, int]]:
+    """The components that change during a training step, at its peak: {activations, weight_casts, gradients,
+    optimizer_step}, and the detail.
 
     Gradients stay resident with `persistent_grads`, across micro-batches (accumulation) and under ZeRO ≥ 2
-    (sharded buffers); otherwise
-    (`zero_grad(set_to_none=True)`, PyTorch's default) they are allocated during backward, head first, layer by
-    layer, embedding last, while each layer's saved activations are freed: the peak is then the largest of the
-    loss backward (no gradients yet), the first layer's backward, the last layer's backward and the end.
-    Checked against a Hugging Face Llama on the H200 (validation/data/h200_hf_llama.csv)."""
-    m, es = inputs.model, z.es
+    (sharded buffers); otherwise (`zero_grad(set_to_none=True)`, PyTorch's default) they are allocated during
+    backward, head first, layer by layer, embedding last, while each layer's saved activations (and, under
+    autocast, its 16-bit weight copies) are freed. The peak is the largest of: the loss backward (no gradients
+    yet), the top layer's backward, the bottom layer's backward, the end of backward, and the optimizer step
+    (every gradient, plus the step's temporaries; estimator/model/recipes.py). The optimizer state exists in every
+    phase (it is created on the first step and kept), so it is not part of this comparison.
+    Checked against Hugging Face models on the H200 (validation/data/h200_hf_*.csv)."""
+    m = inputs.model
     activations, detail = training_activations(inputs, attn, z)
-    if inputs.persistent_grads or inputs.accumulation_steps > 1 or inputs.zero >= 2 or grads == 0:
-        return activations, grads, detail
+    casts_layer, casts_head = detail["weight_casts_per_layer_bytes"], detail["weight_casts_head_bytes"]
+    casts_all = casts_layer * m.layers + casts_head
+    step_grads, step_transient = optimizer_step_bytes(inputs)
+    step = {"activations": 0, "weight_casts": 0, "gradients": step_grads, "optimizer_step": step_transient}
+    resident = inputs.persistent_grads or inputs.accumulation_steps > 1 or inputs.zero >= 2 or grads == 0
     fixed = detail["model_level_bytes"] + detail["gradient_buffers_bytes"]
     stored, transient = detail["stored_layers_bytes"], detail["backward_transient_bytes"]
-    tp = inputs.tp
-    if m.kind == "decoder":
-        head, emb = -(-m.vocab // tp) * m.hidden, (0 if m.tied_embeddings else -(-m.vocab // tp) * m.hidden)
+    checkpointed = inputs.checkpointing in ("full", "hf")
+    # under checkpointing the autocast cache keeps every cast until the forward's autocast region closes; in
+    # backward each recomputed layer casts its own weights again (one layer at a time)
+    casts_backward = casts_layer if checkpointed else casts_layer * m.layers
+    if resident:
+        phases = [("backward", {"activations": activations, "weight_casts": casts_all, "gradients": grads,
+                                "optimizer_step": 0})]
     else:
-        head, emb = m.head_params, m.embedding_params
-    head_grad = (head + m.norm_params) * es
-    layer_grad = max(0, grads - head_grad - emb * es) // m.layers
-    phases = [("loss", fixed + stored + detail["logits_phase_bytes"], 0),
-              ("top layer backward", fixed + stored + transient, head_grad),
-              ("bottom layer backward", fixed + stored // m.layers + transient,
-               head_grad + (m.layers - 1) * layer_grad),
-              ("end of backward", detail["model_level_bytes"], grads)]
-    name, act, live = max(phases, key=lambda p: p[1] + p[2])
-    return act, live, {**detail, "peak_phase_" + name.replace(" ", "_"): act + live}
+        tp, gb = inputs.tp, inputs.recipe.weight_bytes
+        if m.kind == "decoder":
+            head, emb = -(-m.vocab // tp) * m.hidden, (0 if m.tied_embeddings else -(-m.vocab // tp) * m.hidden)
+        else:
+            head, emb = m.head_params, m.embedding_params
+        head_grad = (head + m.norm_params) * gb
+        layer_grad = max(0, grads - head_grad - emb * gb) // m.layers
+
+        def phase(act, casts, grad):
+            return {"activations": act, "weight_casts": casts, "gradients": grad, "optimizer_step": 0}
+
+        phases = [("loss", phase(fixed + stored + detail["logits_phase_bytes"], casts_all, 0)),
+                  ("top layer backward", phase(fixed + stored + transient, casts_backward, head_grad)),
+                  ("bottom layer backward", phase(fixed + stored // m.layers + transient, casts_layer,
+                                                  head_grad + (m.layers - 1) * layer_grad)),
+                  ("end of backward", phase(detail["model_level_bytes"], 0, grads))]
+    backward_peak = max((p for _, p in phases), key=lambda p: sum(p.values()))
+    phases.append(("optimizer step", step))
+    name, peak = max(phases, key=lambda p: sum(p[1].values()))
+    return peak, {**detail, "weight_casts_bytes": casts_all, "backward_peak_activations_bytes":
+                  backward_peak["activations"], "backward_peak_bytes": sum(backward_peak.values()), "peak_phase_" + name.replace(" ", "_"): sum(peak.values())}
 
 
 def training_activations(inputs: PlanInputs, attn: list[LayerAttention], z: Sizes) -> tuple[int, dict[str, int]]:
     """Stored activations of every layer (Korthikanti et al. 2022 §4, generalised; checked against a HF
     LlamaDecoderLayer, tests/data/hf_layer_saved_bytes.csv) + the larger of one layer's backward transient
-    and the loss backward."""
-    m, b, n, es = inputs.model, z.b, z.n, z.es
+    and the loss backward. Under autocast (bf16-mixed, 16-mixed) the residual stream, the norms and the embedding
+    output are fp32 (`z.rs`), each linear saves its own 16-bit cast of its input, and the 16-bit weight copies
+    are counted apart (`weight_casts_*`)."""
+    m, b, n, es, rs = inputs.model, z.b, z.n, z.es, z.rs
     # Sequence parallelism (Korthikanti et al. §4.2.2) splits the residual-stream tensors tp ways as well.
     n_sp = cdiv(n, inputs.tp if inputs.sequence_parallel else 1)
-    # Each norm saves: HF RMSNorm its fp32 input, the normalised 16-bit tensor and rsqrt (b·n fp32);
+    # Each norm saves: HF RMSNorm its fp32 input, the normalised tensor (residual dtype) and rsqrt (b·n fp32);
     # LayerNorm its input, mean and rstd (b·n fp32 each).
     if m.norm == "rmsnorm":
-        norm_save = m.norms_per_layer * (b * n_sp * m.hidden * (4 + es) + b * n_sp * 4)
+        norm_save = m.norms_per_layer * (b * n_sp * m.hidden * (4 + rs) + b * n_sp * 4)
     else:
-        norm_save = m.norms_per_layer * (b * n_sp * m.hidden * es + 2 * b * n_sp * 4)
-    resid_saved = b * n_sp * m.hidden * es  # the normed input that q/k/v (and the FFN) projections save
-    ffn_save = resid_saved + (4 if m.gated_ffn else 2) * b * n * z.F * es  # + gate, act, up, product (SwiGLU)
+        norm_save = m.norms_per_layer * (b * n_sp * m.hidden * rs + 2 * b * n_sp * 4)
+    # the normed input the projections save: one tensor shared by q/k/v (and one by the FFN), or under autocast
+    # one 16-bit cast per linear (q, k, v: 3; gate, up: 2)
+    normed = b * n_sp * m.hidden * es
+    attn_in_saved = 3 * normed if z.autocast else normed
+    ffn_in_saved = (2 if m.gated_ffn else 1) * normed if z.autocast else normed
+    ffn_save = ffn_in_saved + (4 if m.gated_ffn else 2) * b * n * z.F * es  # + gate, act, up, product (SwiGLU)
     ffn_grads = 2 * b * n * z.F * es
+    layer_input = b * n_sp * m.hidden * rs
+    # autocast: every matmul weight's 16-bit copy, saved for its backward (per layer, and the output head)
+    casts_layer = m.matmul_params_per_layer // inputs.tp * es if z.autocast else 0
+    casts_head = z.V * m.hidden * es if z.autocast and m.kind == "decoder" else 0
     stored = transient = 0
     worst: dict[str, int] = {}
     for a in attn:
@@ -97,18 +129,18 @@ def training_activations(inputs: PlanInputs, attn: list[LayerAttention], z: Size
         # q, k, v stay alive because the kernel saves them; math saves fp32 copies instead, and eager with GQA
         # saves its repeated k, v (both inside `retained`)
         qkv_saved = {"math": 0, "eager": z.q if m.q_heads != m.kv_heads else z.q + z.kv}.get(backend, z.q + z.kv)
-        none_layer = norm_save + resid_saved + qkv_saved + retained + ffn_save
+        none_layer = norm_save + attn_in_saved + qkv_saved + retained + ffn_save
         if none_layer > sum(worst.values()):
-            worst = {"layer_attention_bytes": resid_saved + qkv_saved + retained, "layer_ffn_bytes": ffn_save,
+            worst = {"layer_attention_bytes": attn_in_saved + qkv_saved + retained, "layer_ffn_bytes": ffn_save,
                      "layer_norms_bytes": norm_save, "layer_attention_core_bytes": qkv_saved + retained}
         attn_bwd = max(0, (est.peak_extra_bytes or 0) - retained)
         if inputs.checkpointing == "none":
             layer, bwd = none_layer, max(attn_bwd, ffn_grads)
         elif inputs.checkpointing == "selective":  # attention core recomputed; q, k, v and out kept (§4.2)
-            layer = norm_save + resid_saved + z.q + z.kv + z.q + ffn_save
+            layer = norm_save + attn_in_saved + z.q + z.kv + z.q + ffn_save
             bwd = max(est.peak_extra_bytes or 0, ffn_grads)
-        else:  # full: keep each layer's input, recompute the layer during its backward
-            layer, bwd = resid_saved, none_layer + max(attn_bwd, ffn_grads)
+        else:  # full, hf: keep each layer's input, recompute the layer during its backward
+            layer, bwd = layer_input, none_layer + max(attn_bwd, ffn_grads)
         stored += layer * a.layers
         transient = max(transient, bwd)
     rows = b * n if m.kind == "decoder" else b
@@ -119,5 +151,6 @@ def training_activations(inputs: PlanInputs, attn: list[LayerAttention], z: Size
     grad_buffers = 2 * z.resid  # backward: the gradient flowing into a layer and the residual branch's
     detail = {"stored_layers_bytes": stored, "backward_transient_bytes": transient,
               "logits_phase_bytes": logits_phase, "model_level_bytes": model_level,
-              "gradient_buffers_bytes": grad_buffers, **worst}
+              "gradient_buffers_bytes": grad_buffers, "weight_casts_per_layer_bytes": casts_layer,
+              "weight_casts_head_bytes": casts_head, **worst}
     return model_level + stored + grad_buffers + max(transient, logits_phase), detail

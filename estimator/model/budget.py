@@ -15,6 +15,7 @@ from estimator.call.shapes import cdiv
 from estimator.model.activations import inference_activations, training_peak
 from estimator.model.assumptions import assumptions
 from estimator.model.inputs import PlanInputs, Sizes, attention_layers, gpu_of
+from estimator.model.state import model_state
 from estimator.model.time import plan_flops, plan_times
 
 
@@ -66,7 +67,8 @@ class Plan:
         out["components"] = [{"component": c, "bytes": b} for c, b in self.components]
         inp = self.inputs
         out["inputs"] = {k: getattr(inp, k) for k in ("seq_len", "batch", "dtype", "kv_dtype", "mode",
-                                                       "checkpointing", "window", "backend", "gpu", "gpus",
+                                                       "checkpointing", "precision", "optimizer", "window",
+                                                       "backend", "gpu", "gpus",
                                                        "tp", "cp", "torch_version", "logits",
                                                        "sequence_parallel", "micro_batch", "zero",
                                                        "persistent_grads")}
@@ -76,29 +78,16 @@ class Plan:
         return out
 
 
-def model_state(inputs: PlanInputs) -> tuple[int, int, int]:
-    """(weights, gradients, optimizer state) bytes per GPU. Training: 16-bit weights and gradients, fp32 master
-    weights and two fp32 moments = 2 + 2 + 12 B/param (fp32 training 4 + 4 + 8; Rajbhandari et al. 2020, ZeRO
-    §3.1); ZeRO stage z shards the optimizer (z ≥ 1), gradients (z ≥ 2) and weights (z = 3) over the
-    data-parallel replicas. Stage 3 adds the gathered weights of two layers (the current and the prefetched)."""
-    es = element_bytes(inputs.dtype)
-    params = inputs.model.params_per_gpu(inputs.tp)
-    if inputs.mode != "training":
-        return params * es, 0, 0
-    dp, z, m = inputs.dp, inputs.zero, inputs.model
-    weights = params * es if z < 3 else cdiv(params * es, dp) + 2 * (params // m.layers) * es
-    grads = params * es if z < 2 else cdiv(params * es, dp)
-    optimizer = params * (12 if es < 4 else 8)
-    return weights, grads, optimizer if z < 1 else cdiv(optimizer, dp)
-
-
 def budget(inputs: PlanInputs) -> Plan:
     """Memory, FLOPs and time of the plan without the solvers. Per-GPU bytes, whole-model FLOPs."""
     m, gpu = inputs.model, gpu_of(inputs)
     es, b, n, tp = element_bytes(inputs.dtype), inputs.batch_per_gpu, inputs.tokens_per_gpu, inputs.tp
     hq, hk, d = inputs.q_heads_per_gpu, inputs.kv_heads_per_gpu, m.head_dim
+    recipe = inputs.recipe
+    rs = recipe.residual_bytes if recipe else es
     z = Sizes(b=b, n=n, F=cdiv(m.ffn, tp), V=cdiv(m.vocab, tp) if m.kind == "decoder" else m.vocab, es=es,
-               q=b * n * hq * d * es, kv=2 * b * n * hk * d * es, resid=b * n * m.hidden * es)
+              q=b * n * hq * d * es, kv=2 * b * n * hk * d * es, resid=b * n * m.hidden * rs, rs=rs,
+              autocast=bool(recipe and recipe.autocast))
     training = inputs.mode == "training"
     attn = attention_layers(inputs)
     unsupported = [a for a in attn if not a.memory.supported or not a.timing.supported
@@ -121,7 +110,8 @@ def budget(inputs: PlanInputs) -> Plan:
 
     scores_live = textbook = 0
     detail: dict[str, int] = {}
-    activations, grads_live = 0, grads
+    activations = 0
+    peak = {"activations": 0, "weight_casts": 0, "gradients": grads, "optimizer_step": 0}  # training, at the peak
     if not unsupported:
         # textbook b·h·L·S·es of what is alive at the peak: every layer's when training keeps them all
         keep_all = training and inputs.checkpointing == "none"
@@ -131,15 +121,21 @@ def budget(inputs: PlanInputs) -> Plan:
         if live:
             scores_live = sum(sb * k for sb, k in live) if keep_all else max(sb for sb, _ in live)
         if training:
-            activations, grads_live, detail = training_peak(inputs, attn, z, grads)
+            peak, detail = training_peak(inputs, attn, z, grads)
+            activations = detail["backward_peak_activations_bytes"]  # the activations at their own peak
         else:
             activations, detail = inference_activations(inputs, attn, z, kv_bits)
 
     if training:
         workspace = 2 * CUBLAS_WORKSPACE_BYTES  # forward thread and autograd thread
-        grads_name = "gradients" if grads_live == grads else "gradients (allocated at the peak)"
-        components = (("weights", weights), (grads_name, grads_live), ("optimizer state", optimizer),
-                      ("activations", activations), ("cuBLAS workspaces", workspace),
+        at_step = "peak_phase_optimizer_step" in detail
+        grads_name = "gradients" if peak["gradients"] == grads else (
+            "gradients (fp32 copies at the optimizer step)" if at_step else "gradients (allocated at the peak)")
+        components = (("weights", weights), (grads_name, peak["gradients"]), ("optimizer state", optimizer),
+                      ("optimizer step temporaries", peak["optimizer_step"]),
+                      ("activations (freed before the optimizer step)" if at_step else "activations",
+                       peak["activations"]),
+                      ("16-bit weight copies (autocast)", peak["weight_casts"]), ("cuBLAS workspaces", workspace),
                       ("CUDA context", CUDA_CONTEXT_BYTES))
     else:
         workspace = CUBLAS_WORKSPACE_BYTES

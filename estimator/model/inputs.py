@@ -21,10 +21,11 @@ from estimator.call.config import (
     parse_bool,
 )
 from estimator.hardware import GPU, get_gpu
+from estimator.model.recipes import DEFAULT_PRECISION, OPTIMIZERS, PRECISIONS, Precision
 from estimator.model.specs import ModelSpec
 
 MODES = ("inference", "training")
-CHECKPOINTING = ("none", "selective", "full")
+CHECKPOINTING = ("none", "selective", "full", "hf")
 LOGITS = ("last", "all")
 KV_ALIASES = {"fp8": "float8", "e4m3": "float8", "e5m2": "float8", "float8_e4m3fn": "float8",
               "float8_e5m2": "float8", "q8": "int8", "q4": "int4"}
@@ -44,7 +45,10 @@ class PlanInputs:
     dtype: str = "bfloat16"  # weights and activations
     kv_dtype: str | None = None  # KV-cache storage (inference); None = dtype
     mode: str = "inference"  # inference (prefill keeping the KV cache, then decode) | training (one AdamW step)
-    checkpointing: str = "none"  # training: none | selective (attention core recomputed) | full (per layer)
+    checkpointing: str = "none"  # training: none | selective (attention core recomputed) | full (per layer) | hf
+    # (Hugging Face's model.gradient_checkpointing_enable(): every decoder layer re-run in backward, its input kept)
+    precision: str | None = None  # training recipe (estimator/model/recipes.py); None: from dtype (bf16 -> bf16-mixed)
+    optimizer: str = "adamw"  # training: adamw (torch foreach) | adamw-fused | sgd (momentum) | adamw-8bit
     window: int | None = None  # sliding window for every layer; None = the model's own per-layer windows
     backend: str = "auto"  # SDPA backend, or eager (hand-written attention)
     gpu: str = "h100-sxm"  # catalog name
@@ -73,6 +77,19 @@ class PlanInputs:
             if value not in allowed:
                 raise ValueError(f"{name}: unknown value {getattr(self, name)!r}; expected one of {', '.join(allowed)}")
             object.__setattr__(self, name, value)
+        if self.mode == "training":
+            precision = DEFAULT_PRECISION[self.dtype] if self.precision is None else str(self.precision).strip().lower()
+            if precision not in PRECISIONS:
+                raise ValueError(f"precision: unknown value {self.precision!r}; expected one of "
+                                 f"{', '.join(PRECISIONS)}")
+            object.__setattr__(self, "precision", precision)
+            object.__setattr__(self, "dtype", PRECISIONS[precision].compute_dtype)
+        else:
+            object.__setattr__(self, "precision", None)
+        optimizer = str(self.optimizer).strip().lower()
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer: unknown value {self.optimizer!r}; expected one of {', '.join(OPTIMIZERS)}")
+        object.__setattr__(self, "optimizer", optimizer)
         if self.micro_batch is not None:
             object.__setattr__(self, "micro_batch", check_positive_int("micro_batch", self.micro_batch, 1 << 20))
         if str(self.zero).strip() not in ("0", "1", "2", "3"):
@@ -135,6 +152,11 @@ class PlanInputs:
         return max(1, self.model.kv_heads // self.tp)
 
     @property
+    def recipe(self) -> Precision | None:
+        """The training precision recipe (None for inference)."""
+        return PRECISIONS[self.precision] if self.precision else None
+
+    @property
     def windows(self) -> tuple[int | None, ...]:
         return (self.window,) * self.model.layers if self.window is not None else self.model.window_per_layer
 
@@ -185,7 +207,7 @@ def attention_layers(inputs: PlanInputs) -> list[LayerAttention]:
         span = inputs.seq_len if window is None else min(inputs.seq_len, window)
         whole = dict(q_len=inputs.seq_len, kv_len=span, causal=m.kind == "decoder" and span == inputs.seq_len)
 
-        def estimate(**changes):
+        def estimate(whole=whole, span=span, **changes):
             call_fields = {**whole, **changes}
             # the estimator counts FLOPs in int64: refuse shapes whose backward count (10·B·H·L·S·D) would wrap
             if (16 * inputs.batch_per_gpu * inputs.q_heads_per_gpu * call_fields["q_len"] * call_fields["kv_len"]
@@ -213,7 +235,9 @@ class Sizes:
     n: int  # tokens per GPU
     F: int  # FFN width per GPU
     V: int  # output width per GPU (vocabulary / tp, or classes)
-    es: int  # element bytes
+    es: int  # element bytes of the compute dtype (matmul inputs and outputs, attention)
     q: int  # b·n·hq·d·es
     kv: int  # k and v of the new tokens: 2·b·n·hk·d·es
-    resid: int  # b·n·H·es, one residual-stream tensor
+    resid: int  # b·n·H·rs, one residual-stream tensor
+    rs: int  # element bytes of the residual stream (fp32 under autocast, else es)
+    autocast: bool  # fp32 weights under torch.autocast: each linear casts its own copy of its fp32 input

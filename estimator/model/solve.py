@@ -12,8 +12,9 @@ from dataclasses import dataclass, replace
 from estimator.call.attention import CUDA_CONTEXT_BYTES
 from estimator.call.config import MAX_SEQ_LEN
 from estimator.hardware import CATALOG
-from estimator.model.budget import budget, model_state
+from estimator.model.budget import budget
 from estimator.model.inputs import PlanInputs
+from estimator.model.state import model_state
 
 MAX_BATCH = 1 << 20
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64)

@@ -1,0 +1,42 @@
+"""Model state per GPU: weights, gradients and optimizer state of the plan's precision recipe and optimizer, and
+what the optimizer step reads and allocates. Exact bytes (estimator/model/recipes.py has the per-parameter
+figures and their sources)."""
+
+from __future__ import annotations
+
+from estimator.call.config import element_bytes
+from estimator.call.shapes import cdiv
+from estimator.model.inputs import PlanInputs
+from estimator.model.recipes import optimizer_state_bytes, optimizer_step_transient_bytes
+
+
+def model_state(inputs: PlanInputs) -> tuple[int, int, int]:
+    """(weights, gradients, optimizer state) bytes per GPU. Inference: weights in dtype. Training: the precision
+    recipe's weights and gradients, and the optimizer's state (plus bf16-master's fp32 master weights), per
+    estimator/model/recipes.py; ZeRO stage z shards the optimizer state (z ≥ 1), gradients (z ≥ 2) and weights
+    (z = 3) over the data-parallel replicas (Rajbhandari et al. 2020, arXiv:1910.02054 §5); stage 3 adds the gathered
+    weights of two layers (the current and the prefetched)."""
+    params = inputs.model.params_per_gpu(inputs.tp)
+    recipe = inputs.recipe
+    if recipe is None:
+        return params * element_bytes(inputs.dtype), 0, 0
+    dp, z, m, wb = inputs.dp, inputs.zero, inputs.model, recipe.weight_bytes
+    weights = params * wb if z < 3 else cdiv(params * wb, dp) + 2 * (params // m.layers) * wb
+    grads = params * wb if z < 2 else cdiv(params * wb, dp)
+    optimizer = optimizer_state_bytes(inputs.optimizer, params, recipe.optimizer_param_bytes)
+    if recipe.master_dtype:
+        optimizer += params * 4
+    return weights, grads, optimizer if z < 1 else cdiv(optimizer, dp)
+
+
+def optimizer_step_bytes(inputs: PlanInputs) -> tuple[int, int]:
+    """(gradients the optimizer reads, temporaries of its step) per GPU at the optimizer step. bf16-master: the
+    16-bit gradients are copied to fp32 before the step (`master.grad = p.grad.float()`, then `p.grad = None`),
+    so the step sees 4 bytes per parameter of gradients. Sharded by ZeRO ≥ 1 (each replica steps its shard)."""
+    params = inputs.model.params_per_gpu(inputs.tp)
+    recipe = inputs.recipe
+    _, grads, _ = model_state(inputs)
+    if recipe.master_dtype:
+        grads = params * 4 if inputs.zero < 2 else cdiv(params * 4, inputs.dp)
+    transient = optimizer_step_transient_bytes(inputs.optimizer, params, recipe.optimizer_param_bytes)
+    return grads, transient if inputs.zero < 1 else cdiv(transient, inputs.dp)

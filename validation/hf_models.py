@@ -1,0 +1,765 @@
+"""Measured per-GPU memory (exact allocator bytes) and time of real Hugging Face models, training and inference,
+to check the planner's estimates. Self-contained: torch, transformers, stdlib (no estimator/ imports).
+
+    python -m validation.hf_models --suite recipes --out OUT.csv --budget-s 480 [--device cuda] [--tiny]
+    python -m validation.hf_models --cases FILE.csv --out OUT.csv
+    python -m validation.hf_models --suite archs --dump-configs DIR      # also writes the exact configs built
+
+Models are built from the configs in `validation.hf_configs` (random weights, nothing downloaded) with
+`AutoModelForCausalLM.from_config(config, attn_implementation=..., dtype=...)` under `with torch.device(device)`.
+One model is reused by consecutive cases sharing (family, layers, overrides, attn_implementation, load dtype).
+
+Memory columns (CUDA only; empty on CPU), all exact integers from torch.cuda's caching-allocator counters:
+  baseline_bytes   memory_allocated() with nothing of ours alive, just before the model is built: the cuBLAS
+                   workspaces created by the warm-up (one per cuBLAS handle: forward thread and autograd thread).
+                   Every later build checks it is unchanged; a change is reported in `reason` ("baseline ...").
+  weights_bytes    memory_allocated() after the build minus baseline_bytes (parameters and buffers).
+  peak_*_bytes     absolute max_memory_allocated() (so they include baseline and weights).
+  peak_reserved_bytes  max_memory_reserved() over step 2 (train) or the prefill: the caching-allocator view,
+                   for fragmentation (not reset by empty_cache between cases: we empty the cache after each case).
+
+Training protocol (mode=train). ids = randint(vocab, (batch, seq_len)), labels = ids. model.train(),
+model.config.use_cache = False, checkpointing `hf` = model.gradient_checkpointing_enable() (HF's default kwargs;
+transformers 5.17 passes use_reentrant=False). The optimizer is created after the model. The forward keeps only
+`loss` (the output object, with its logits, is dropped before backward, as in a Lightning training_step).
+  step 1: reset peak; forward(labels=ids); backward; optimizer phase; -> peak_step1_bytes, time_step1_ms. It
+          creates the optimizer state. Then synchronize; state_bytes = memory_allocated() - baseline - weights
+          (optimizer state, fp32 masters, GradScaler state: everything persistent).
+  step 2: the peak stats are reset at each phase boundary:
+          forward  -> peak_forward_bytes, after_forward_bytes (memory_allocated() right after it: weights + state
+                      + saved activations + loss), time_forward_ms
+          backward -> peak_backward_bytes, time_backward_ms
+          optimizer (incl. zero_grad(set_to_none=True)) -> peak_optimizer_bytes, time_optimizer_ms
+  peak_bytes = max(step 1, the three phases of step 2). time_step_ms = median over steps 2, 3, 4 (only step 2 when
+  step 1 took > 5 s; for flex_attention, whose step 1 includes compiling, when step 2 took > 5 s); CUDA events
+  on GPU, perf_counter on CPU.
+Precisions (Lightning names):
+  bf16-mixed  fp32 weights; forward+loss under torch.autocast(device, bfloat16); backward outside autocast;
+              optimizer on the fp32 params.
+  16-mixed    fp32 weights; autocast float16; torch.amp.GradScaler: scale(loss).backward(), scaler.step(opt),
+              scaler.update(). (On CPU torch 2.13 has fp16 autocast and a CPU GradScaler, so it runs there too.)
+  bf16-true / 16-true  model built in bf16 / fp16; optimizer on those params (its state in that dtype).
+  32-true     fp32 everything, no autocast.
+  bf16-master bf16 model; an fp32 master copy of each parameter (p.detach().float()), optimizer over the masters.
+              After backward, for each parameter in order: master.grad = p.grad.float(); p.grad = None. Then
+              optimizer.step(); then p.data.copy_(master) for each parameter; master.grad = None. (Our stand-in
+              for the DeepSpeed / Megatron mixed-precision recipe: bf16 weights+grads, fp32 master + moments.)
+Optimizers: adamw (torch.optim.AdamW, default foreach, lr 1e-5), adamw-fused (fused=True; CUDA only, else status
+`unsupported`), sgd (lr 1e-3, momentum 0.9), adamw-8bit (bitsandbytes AdamW8bit; `unsupported` if not importable).
+
+Prefill protocol (mode=prefill; bf16 model, precision column `bf16-true`): model.eval(), under torch.no_grad():
+  reset peak; out = model(ids, use_cache=True, logits_to_keep=1); with `out` alive: peak_bytes,
+  kv_cache_bytes = memory_allocated() - baseline - weights - logits_bytes - input_bytes (ids, int64).
+  Then decode_tokens single-token steps (past_key_values=out.past_key_values) -> decode_ms_per_token (median),
+  peak_decode_bytes; then `out` is freed and time_prefill_ms = median of 3 more prefills (or the measured one if
+  it took > 5 s). time_first_call_ms is the first call of the case (compile included for flex_attention).
+flex_attention: torch._dynamo.reset() before each flex case unless no_reset=1; recompile_limit is recorded.
+Errors: OutOfMemoryError / "out of memory" -> status `oom`, `phase` says where (peak_at_oom_bytes = the peak
+before the failed allocation); other exceptions -> `error` with a one-line reason. Everything is freed after each
+case; a model whose resident bytes differ from baseline+weights after cleanup is rebuilt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import functools
+import gc
+import hashlib
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+
+import torch
+
+from validation.hf_configs import FAMILIES, dump_config, family_config, layer_kinds, to_hf_config
+
+CASE_COLUMNS = ["family", "layers", "attn_implementation", "mode", "precision", "optimizer", "checkpointing",
+                "seq_len", "batch", "decode_tokens", "overrides", "no_reset"]
+RESULT_COLUMNS = [
+    "status", "reason", "phase", "n_params", "model_type", "experts_implementation", "layer_types",
+    "baseline_bytes", "weights_bytes", "state_bytes", "peak_step1_bytes", "peak_forward_bytes",
+    "after_forward_bytes", "peak_backward_bytes", "peak_optimizer_bytes", "peak_bytes", "peak_reserved_bytes",
+    "peak_at_oom_bytes", "input_bytes", "logits_bytes", "kv_cache_bytes", "peak_decode_bytes",
+    "time_first_call_ms", "time_step1_ms", "time_forward_ms", "time_backward_ms", "time_optimizer_ms",
+    "time_step_ms", "n_timed", "time_prefill_ms", "decode_ms_per_token", "loss", "recompile_limit", "build_s",
+    "case_s", "config_file", "torch_version", "transformers_version", "device_name", "tiny",
+]
+COLUMNS = CASE_COLUMNS + RESULT_COLUMNS
+
+PRECISIONS = ("bf16-mixed", "16-mixed", "bf16-true", "16-true", "32-true", "bf16-master")
+OPTIMIZERS = ("adamw", "adamw-fused", "sgd", "adamw-8bit")
+SLOW_S = 5.0  # a first call longer than this is timed once only
+
+
+class Unsupported(Exception):
+    """The case cannot run here (status `unsupported`)."""
+
+
+# ----------------------------------------------------------------------------------------------------- device
+
+
+class Dev:
+    """Device-agnostic counters: CUDA allocator stats and events on GPU, None / perf_counter on CPU."""
+
+    def __init__(self, device: str):
+        self.device = torch.device(device)
+        self.type = self.device.type
+        self.cuda = self.type == "cuda"
+
+    def sync(self):
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def reset_peak(self):
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def allocated(self):
+        return torch.cuda.memory_allocated(self.device) if self.cuda else None
+
+    def peak(self):
+        return torch.cuda.max_memory_allocated(self.device) if self.cuda else None
+
+    def peak_reserved(self):
+        return torch.cuda.max_memory_reserved(self.device) if self.cuda else None
+
+    def empty_cache(self):
+        if self.cuda:  # on CPU there are no counters to keep clean (and gc.collect costs ~0.1 s a call)
+            gc.collect()
+            torch.cuda.empty_cache()
+
+    def name(self):
+        return torch.cuda.get_device_name(self.device) if self.cuda else "cpu"
+
+    def timed(self, fn):
+        """(fn(), milliseconds), the device work included."""
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = fn()
+            end.record()
+            end.synchronize()
+            return out, start.elapsed_time(end)
+        t = time.perf_counter()
+        out = fn()
+        return out, (time.perf_counter() - t) * 1e3
+
+
+def _max(*xs):
+    xs = [x for x in xs if x is not None]
+    return max(xs) if xs else None
+
+
+def _sub(a, *bs):
+    if a is None or any(b is None for b in bs):
+        return None
+    return a - sum(bs)
+
+
+def _is_oom(e: BaseException) -> bool:
+    return isinstance(e, torch.cuda.OutOfMemoryError) or (isinstance(e, RuntimeError) and "out of memory" in str(e))
+
+
+def _one_line(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {msg[0] if msg else ''}"[:300]
+
+
+# ------------------------------------------------------------------------------------------------------ cases
+
+
+def normalize_case(case: dict) -> dict:
+    """Types and defaults of one case row (from a suite or a CSV)."""
+    c = {k: case.get(k) for k in CASE_COLUMNS}
+    for k in ("family", "attn_implementation", "mode", "precision", "optimizer", "checkpointing"):
+        if c[k] in (None, ""):
+            if k in ("precision", "optimizer", "checkpointing"):
+                c[k] = {"precision": "bf16-true", "optimizer": "adamw", "checkpointing": "none"}[k]
+            else:
+                raise ValueError(f"case is missing {k}: {case}")
+        c[k] = str(c[k]).strip()
+    for k in ("layers", "seq_len", "batch"):
+        c[k] = int(c[k])
+    c["decode_tokens"] = int(c["decode_tokens"] or 0)
+    ov = c["overrides"]
+    if isinstance(ov, dict):
+        ov = json.dumps(ov, sort_keys=True)
+    c["overrides"] = ov.strip() if isinstance(ov, str) and ov.strip() else ""
+    nr = c["no_reset"]
+    c["no_reset"] = 1 if str(nr).strip().lower() in ("1", "true", "yes") else 0
+    if c["mode"] == "prefill":
+        c["precision"] = c["precision"] or "bf16-true"
+    return c
+
+
+def load_dtype(case: dict) -> torch.dtype:
+    if case["mode"] == "prefill":
+        return torch.bfloat16
+    p = case["precision"]
+    if p in ("bf16-mixed", "16-mixed", "32-true"):
+        return torch.float32
+    if p in ("bf16-true", "bf16-master"):
+        return torch.bfloat16
+    if p == "16-true":
+        return torch.float16
+    raise ValueError(f"unknown precision {p!r} (known: {', '.join(PRECISIONS)})")
+
+
+def _c(family, layers, impl, mode, seq, batch, precision="bf16-true", optimizer="adamw", ckpt="none",
+       decode=0, overrides="", no_reset=0):
+    return {"family": family, "layers": layers, "attn_implementation": impl, "mode": mode, "precision": precision,
+            "optimizer": optimizer, "checkpointing": ckpt, "seq_len": seq, "batch": batch, "decode_tokens": decode,
+            "overrides": overrides, "no_reset": no_reset}
+
+
+def _recipes(families):
+    cases = []
+    points = [(2048, 1), (4096, 2), (8192, 1)]
+    for fam in families:
+        # fp32-weight precisions first, then bf16-weight ones: one model build per (family, load dtype)
+        for prec in ("bf16-mixed", "16-mixed", "bf16-true", "bf16-master"):
+            for ckpt in ("none", "hf"):
+                for seq, b in points:
+                    cases.append(_c(fam, 2, "sdpa", "train", seq, b, prec, "adamw", ckpt))
+    return cases
+
+
+def _recipes_extra():
+    L = "llama-3.1-8b"
+    cases = []
+    for prec in ("bf16-mixed", "bf16-true"):
+        for opt in ("adamw-fused", "sgd", "adamw-8bit"):
+            cases.append(_c(L, 2, "sdpa", "train", 4096, 1, prec, opt))
+    cases.append(_c(L, 2, "sdpa", "train", 4096, 1, "32-true"))
+    cases.append(_c(L, 2, "sdpa", "train", 4096, 1, "16-true"))
+    # meant to run out of memory: activations (16 layers, 131k tokens, no checkpointing), and eager attention
+    # scores (32 heads x 32768^2, softmax in fp32 = 137 GB)
+    cases.append(_c(L, 16, "sdpa", "train", 32768, 4, "bf16-mixed"))
+    cases.append(_c(L, 2, "eager", "train", 32768, 1, "bf16-true"))
+    return cases
+
+
+ARCH_LAYERS = {  # smallest count with every kind of layer the family has
+    "phi-3-mini-4k": 2, "gemma-2-9b": 2,            # gemma2: sliding, full
+    "gemma-3-12b": 6,                              # 5 local : 1 global (pattern 6): 4 layers would be all local
+    "mixtral-8x7b": 2, "qwen3-30b-a3b": 2,
+    "deepseek-v2-lite": 2,                         # first_k_dense_replace=1: one dense + one MoE layer
+    "gpt-oss-20b": 2,                              # sliding(128), full
+}
+# gpt_oss has _supports_sdpa = False in 5.17 (sinks need eager/flex/flash kernels): HF's default is eager.
+ARCH_IMPL = {"gpt-oss-20b": "eager"}
+
+
+def _archs():
+    cases = []
+    for fam, L in ARCH_LAYERS.items():
+        impl = ARCH_IMPL.get(fam, "sdpa")
+        for seq in (4096, 16384, 32768):
+            cases.append(_c(fam, L, impl, "prefill", seq, 1, decode=8 if seq == 4096 else 0))
+        for seq in (4096, 8192):
+            cases.append(_c(fam, L, impl, "train", seq, 1, "bf16-mixed"))
+    return cases
+
+
+WINDOW_LAYERS = {"mistral-7b-v0.1": 2, "gemma-2-9b": 2, "gemma-3-12b": 6}
+
+
+def _windows(impls):
+    cases = []
+    for fam, L in WINDOW_LAYERS.items():
+        for impl in impls:
+            for seq in (8192, 16384, 32768):
+                cases.append(_c(fam, L, impl, "prefill", seq, 1))
+            cases.append(_c(fam, L, impl, "train", 8192, 1, "bf16-mixed"))
+    return cases
+
+
+def _no_reset_series():
+    # 8 other flex shapes without dynamo reset in between (the first resets, to start from a known state),
+    # then 16384: shows whether the recompile limit is hit and HF falls back to unfused flex.
+    L = "llama-3.1-8b"
+    shapes = [(1024, 1), (1536, 1), (2048, 1), (1024, 2), (3072, 1), (4096, 1), (2048, 2), (6144, 1)]
+    cases = [_c(L, 2, "flex_attention", "prefill", s, b, no_reset=int(i > 0)) for i, (s, b) in enumerate(shapes)]
+    cases.append(_c(L, 2, "flex_attention", "prefill", 16384, 1, no_reset=1))
+    return cases
+
+
+def _time():
+    L = "llama-3.1-8b"
+    cases = []
+    for layers in (4, 8, 16):
+        for seq in (1024, 4096, 16384):
+            cases.append(_c(L, layers, "sdpa", "prefill", seq, 1, decode=32))
+        for seq in (2048, 8192):
+            cases.append(_c(L, layers, "sdpa", "train", seq, 1, "bf16-mixed"))
+    for fam in ("qwen2.5-7b", "mixtral-8x7b"):
+        for seq in (4096, 16384):
+            cases.append(_c(fam, 4, "sdpa", "prefill", seq, 1, decode=32))
+    return cases
+
+
+# Estimated H200 wall time (model init on the GPU takes ~1-3 s per build; a 2-layer 7-8B train step at 8k
+# tokens is ~0.2 s, so a train case (4 steps) is ~1-2 s, a prefill case with 3 re-timings ~1 s):
+#   recipes   106 train cases, 10 builds            ~3-4 min
+#   archs      35 cases, 7 families, 7-14 builds    ~3 min (gpt-oss eager 16k/32k and 8k train: expected OOM)
+#   windows-a  24 cases eager+sdpa                  ~2 min (eager at 32k: expected OOM, fast)
+#   windows-b  21 flex cases: every flex case recompiles after dynamo.reset (~5-30 s each with inductor's
+#              on-disk caches, forward+backward for train)                 ~5-7 min: kept apart for that reason
+#   time       19 cases, up to 16-layer llama (4.5B fp32 = 72 GB static) ~3 min
+SUITES = {
+    "recipes": lambda: _recipes(["llama-3.1-8b", "qwen2.5-7b", "mistral-7b-v0.1", "phi-3-mini-4k"])
+    + _recipes_extra(),
+    "archs": _archs,
+    "windows-a": lambda: _windows(("eager", "sdpa")),
+    "windows-b": lambda: _no_reset_series() + _windows(("flex_attention",)),
+    "time": _time,
+}
+SUITES["windows"] = lambda: SUITES["windows-a"]() + SUITES["windows-b"]()  # > 8 min: run the two halves
+
+
+def read_cases(path: str) -> list[dict]:
+    with open(path, newline="") as fh:
+        return [normalize_case(r) for r in csv.DictReader(fh)]
+
+
+# ------------------------------------------------------------------------------------------------------ model
+
+
+class ModelSlot:
+    """The one resident model, reused while the key stays the same."""
+
+    def __init__(self, dev: Dev, tiny: bool):
+        self.dev, self.tiny = dev, tiny
+        self.key = None
+        self.model = None
+        self.info = {}
+        self.warm_baseline = None
+
+    def free(self):
+        self.model = None
+        self.key = None
+        self.info = {}
+        self.dev.empty_cache()
+
+    def key_of(self, case):
+        return (case["family"], case["layers"], case["overrides"], case["attn_implementation"], load_dtype(case))
+
+    def get(self, case):
+        key = self.key_of(case)
+        if self.model is not None and key == self.key:
+            resident = self.dev.allocated()
+            if resident is None or resident == self.info["baseline_bytes"] + self.info["weights_bytes"]:
+                return self.model, self.info, False
+        self.free()
+        cfg = family_config(case["family"], case["layers"], case["overrides"] or None, self.tiny)
+        hf_cfg = to_hf_config(cfg)
+        baseline = self.dev.allocated()
+        notes = []
+        if self.warm_baseline is not None and baseline is not None and baseline != self.warm_baseline:
+            notes.append(f"baseline {baseline} != warm-up baseline {self.warm_baseline}")
+        from transformers import AutoModelForCausalLM
+
+        t = time.perf_counter()
+        with torch.device(self.dev.device):
+            model = AutoModelForCausalLM.from_config(hf_cfg, attn_implementation=case["attn_implementation"],
+                                                     dtype=load_dtype(case))
+        self.dev.sync()
+        build_s = time.perf_counter() - t
+        after = self.dev.allocated()
+        self.model, self.key = model, key
+        self.info = {
+            "n_params": sum(p.numel() for p in model.parameters()),
+            "model_type": cfg["model_type"],
+            "experts_implementation": getattr(model.config, "_experts_implementation", None)
+            if _is_moe(cfg) else "",
+            "layer_types": ",".join("S" if k == "sliding_attention" else "F" for k in layer_kinds(cfg)),
+            "baseline_bytes": baseline, "weights_bytes": _sub(after, baseline), "build_s": round(build_s, 3),
+            "vocab": cfg["vocab_size"], "notes": notes,
+        }
+        return model, self.info, True
+
+
+def _is_moe(cfg):
+    return any(k in cfg for k in ("num_local_experts", "num_experts", "n_routed_experts"))
+
+
+def warm_up(dev: Dev):
+    """cuBLAS handles/workspaces of the forward and the autograd thread, autocast and no-grad paths (seq 128),
+    on a tiny llama; returns memory_allocated() afterwards with everything freed (the baseline)."""
+    from transformers import AutoModelForCausalLM
+
+    cfg = to_hf_config(family_config("llama-3.1-8b", 1, tiny=True))
+    with torch.device(dev.device):
+        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
+    ids = torch.randint(0, cfg.vocab_size, (1, 128), device=dev.device)
+    model.train()
+    with torch.autocast(dev.type, dtype=torch.bfloat16):
+        loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    del loss
+    model.zero_grad(set_to_none=True)
+    loss = model(input_ids=ids, labels=ids).loss  # plain fp32 too
+    loss.backward()
+    del loss
+    model.eval()
+    model.to(torch.bfloat16)
+    with torch.no_grad():
+        out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        del out
+    del model, ids
+    dev.sync()
+    dev.empty_cache()
+    return dev.allocated()
+
+
+# ------------------------------------------------------------------------------------------------- measuring
+
+
+def make_optimizer(name, params, dev):
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-5)
+    if name == "adamw-fused":
+        if not dev.cuda:
+            raise Unsupported("adamw-fused is measured on CUDA only")
+        return torch.optim.AdamW(params, lr=1e-5, fused=True)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=1e-3, momentum=0.9)
+    if name == "adamw-8bit":
+        try:
+            import bitsandbytes as bnb
+        except Exception:  # noqa: BLE001 - any import failure means "not usable here"
+            raise Unsupported("bitsandbytes not installed") from None
+        return bnb.optim.AdamW8bit(params, lr=1e-5)
+    raise ValueError(f"unknown optimizer {name!r} (known: {', '.join(OPTIMIZERS)})")
+
+
+class PhaseBox:
+    phase = "setup"
+
+
+def run_train(model, info, case, dev, row, box):
+    prec = case["precision"]
+    if prec not in PRECISIONS:
+        raise ValueError(f"unknown precision {prec!r}")
+    if case["decode_tokens"]:
+        raise ValueError("decode_tokens applies to prefill only")
+    model.train()
+    model.config.use_cache = False
+    if case["checkpointing"] == "hf":
+        # transformers 5.17: gradient_checkpointing_kwargs=None -> {"use_reentrant": False}; HF default kept.
+        model.gradient_checkpointing_enable()
+    elif case["checkpointing"] == "none":
+        if model.is_gradient_checkpointing:
+            model.gradient_checkpointing_disable()
+    else:
+        raise ValueError(f"unknown checkpointing {case['checkpointing']!r}")
+    base, weights = info["baseline_bytes"], info["weights_bytes"]
+    params = [p for p in model.parameters() if p.requires_grad]
+    box.phase = "optimizer_init"
+    masters = [p.detach().float() for p in params] if prec == "bf16-master" else None
+    opt = make_optimizer(case["optimizer"], masters if masters is not None else params, dev)
+    scaler = torch.amp.GradScaler(dev.type) if prec == "16-mixed" else None
+    amp = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(prec)
+    ids = torch.randint(0, info["vocab"], (case["batch"], case["seq_len"]), device=dev.device)
+
+    def forward():
+        ctx = torch.autocast(dev.type, dtype=amp) if amp is not None else contextlib.nullcontext()
+        with ctx:
+            out = model(input_ids=ids, labels=ids)
+            loss = out.loss
+        del out  # logits dropped before backward (Lightning's training_step returns the loss only)
+        return loss
+
+    def backward(loss):
+        if scaler is not None:
+            scaler.scale(loss).backward()
+        else:
+            loss.backward()
+
+    def optimizer_phase():
+        if masters is not None:
+            for p, m in zip(params, masters, strict=True):
+                m.grad = None if p.grad is None else p.grad.float()
+                p.grad = None
+        if scaler is not None:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        if masters is not None:
+            with torch.no_grad():
+                for p, m in zip(params, masters, strict=True):
+                    p.data.copy_(m)
+                    m.grad = None
+        opt.zero_grad(set_to_none=True)
+        model.zero_grad(set_to_none=True)
+
+    def full_step():
+        loss = forward()
+        backward(loss)
+        del loss
+        optimizer_phase()
+
+    flex = case["attn_implementation"] == "flex_attention"
+    # step 1: creates the optimizer state
+    box.phase = "step1"
+    dev.reset_peak()
+    _, ms1 = dev.timed(full_step)
+    row["peak_step1_bytes"] = dev.peak()
+    row["time_step1_ms"] = round(ms1, 3)
+    row["time_first_call_ms"] = round(ms1, 3)
+    dev.sync()
+    row["state_bytes"] = _sub(dev.allocated(), base, weights)
+    # step 2, phase by phase
+    box.phase = "forward"
+    dev.reset_peak()
+    loss, t_f = dev.timed(forward)
+    row["after_forward_bytes"] = dev.allocated()
+    row["peak_forward_bytes"] = dev.peak()
+    reserved = [dev.peak_reserved()]
+    box.phase = "backward"
+    dev.reset_peak()
+    loss_value = loss.detach()
+    _, t_b = dev.timed(functools.partial(backward, loss))
+    loss = None
+    row["peak_backward_bytes"] = dev.peak()
+    reserved.append(dev.peak_reserved())
+    box.phase = "optimizer"
+    dev.reset_peak()
+    _, t_o = dev.timed(optimizer_phase)
+    row["peak_optimizer_bytes"] = dev.peak()
+    reserved.append(dev.peak_reserved())
+    row["loss"] = round(float(loss_value.float().item()), 5)
+    del loss_value
+    row.update(time_forward_ms=round(t_f, 3), time_backward_ms=round(t_b, 3), time_optimizer_ms=round(t_o, 3))
+    row["peak_bytes"] = _max(row["peak_step1_bytes"], row["peak_forward_bytes"], row["peak_backward_bytes"],
+                             row["peak_optimizer_bytes"])
+    row["peak_reserved_bytes"] = _max(*reserved)
+    times = [t_f + t_b + t_o]
+    if ms1 <= SLOW_S * 1e3 or flex and times[0] <= SLOW_S * 1e3:
+        box.phase = "timing"
+        for _ in range(2):
+            _, ms = dev.timed(full_step)
+            times.append(ms)
+    row["time_step_ms"] = round(statistics.median(times), 3)
+    row["n_timed"] = len(times)
+    box.phase = "cleanup"  # opt, masters, scaler, ids die with this frame
+    if model.is_gradient_checkpointing:
+        model.gradient_checkpointing_disable()
+
+
+def run_prefill(model, info, case, dev, row, box):
+    model.eval()
+    if model.is_gradient_checkpointing:
+        model.gradient_checkpointing_disable()
+    base, weights = info["baseline_bytes"], info["weights_bytes"]
+    ids = torch.randint(0, info["vocab"], (case["batch"], case["seq_len"]), device=dev.device)
+    row["input_bytes"] = ids.numel() * ids.element_size()
+    with torch.no_grad():
+        box.phase = "prefill"
+        dev.reset_peak()
+        out, ms = dev.timed(lambda: model(input_ids=ids, use_cache=True, logits_to_keep=1))
+        row["peak_bytes"] = dev.peak()
+        row["peak_reserved_bytes"] = dev.peak_reserved()
+        row["time_first_call_ms"] = round(ms, 3)
+        row["logits_bytes"] = out.logits.numel() * out.logits.element_size()
+        row["kv_cache_bytes"] = _sub(dev.allocated(), base, weights, row["logits_bytes"], row["input_bytes"])
+        if case["decode_tokens"] > 0:
+            box.phase = "decode"
+            dev.reset_peak()
+            tok = torch.randint(0, info["vocab"], (case["batch"], 1), device=dev.device)
+            step_ms = []
+            for _ in range(case["decode_tokens"]):
+                cache = out.past_key_values
+                del out
+                out, t = dev.timed(lambda c=cache: model(input_ids=tok, past_key_values=c, use_cache=True))
+                del cache
+                step_ms.append(t)
+            row["decode_ms_per_token"] = round(statistics.median(step_ms), 4)
+            row["peak_decode_bytes"] = dev.peak()
+            del tok
+        del out
+        box.phase = "timing"
+        times = [ms]
+        if ms <= SLOW_S * 1e3:
+            times = []
+            for _ in range(3):
+                out, t = dev.timed(lambda: model(input_ids=ids, use_cache=True, logits_to_keep=1))
+                del out
+                times.append(t)
+        row["time_prefill_ms"] = round(statistics.median(times), 3)
+        row["n_timed"] = len(times)
+
+
+def _recompile_limit():
+    cfg = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(cfg, name):
+            return getattr(cfg, name)
+    return None
+
+
+def run_case(case: dict, slot: ModelSlot, dev: Dev, row: dict, run_fn=None):
+    """Fill `row` for one case; never raises (status ok / oom / error / unsupported)."""
+    box = PhaseBox()
+    t0 = time.perf_counter()
+    try:
+        if case["mode"] not in ("train", "prefill"):
+            raise ValueError(f"unknown mode {case['mode']!r}")
+        if case["attn_implementation"] == "flex_attention":
+            row["recompile_limit"] = _recompile_limit()
+            if not case["no_reset"]:
+                torch._dynamo.reset()
+        box.phase = "build"
+        model, info, built = slot.get(case)
+        for k in ("n_params", "model_type", "experts_implementation", "layer_types", "baseline_bytes",
+                  "weights_bytes"):
+            row[k] = info[k]
+        row["build_s"] = info["build_s"] if built else 0.0
+        if info["notes"]:
+            row["reason"] = "; ".join(info["notes"])
+        fn = run_fn or (run_train if case["mode"] == "train" else run_prefill)
+        fn(model, info, case, dev, row, box)
+        row["status"] = "ok"
+        row["phase"] = ""
+    except Unsupported as e:
+        row.update(status="unsupported", reason=str(e), phase=box.phase)
+    except Exception as e:  # noqa: BLE001 - every failure becomes a row
+        if _is_oom(e):
+            row.update(status="oom", reason=f"OOM in {box.phase}: {_one_line(e)[:200]}", phase=box.phase,
+                       peak_at_oom_bytes=dev.peak())
+        else:
+            row.update(status="error", reason=f"{box.phase}: {_one_line(e)}", phase=box.phase)
+        traceback.clear_frames(e.__traceback__)
+        del e
+    finally:
+        model = info = None
+        _cleanup(slot, dev)
+    row["case_s"] = round(time.perf_counter() - t0, 3)
+    return row
+
+
+def _cleanup(slot: ModelSlot, dev: Dev):
+    if slot.model is not None:
+        try:
+            slot.model.zero_grad(set_to_none=True)
+        except Exception:  # noqa: BLE001
+            pass
+    dev.empty_cache()
+    if slot.model is not None and dev.cuda:
+        if dev.allocated() != slot.info["baseline_bytes"] + slot.info["weights_bytes"]:
+            slot.free()  # something survived the case: rebuild for the next one
+
+
+# ------------------------------------------------------------------------------------------------------- main
+
+
+def _versions():
+    try:
+        import transformers
+
+        tv = transformers.__version__
+    except Exception:  # noqa: BLE001
+        tv = ""
+    return torch.__version__, tv
+
+
+def config_name(case):
+    name = f"{case['family']}-L{case['layers']}"
+    if case["overrides"]:
+        name += "-" + hashlib.sha1(case["overrides"].encode()).hexdigest()[:8]
+    return name + ".json"
+
+
+def _fmt_bytes(b):
+    return "-" if b in (None, "") else f"{b / 2**30:.2f}GiB"
+
+
+def main(argv=None, run_fn=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m validation.hf_models", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--suite", choices=sorted(SUITES))
+    parser.add_argument("--cases", help="CSV with the case columns: " + ", ".join(CASE_COLUMNS))
+    parser.add_argument("--out", help="output CSV (one row per case, flushed row by row)")
+    parser.add_argument("--budget-s", type=float, default=480.0, help="start no case after this many seconds")
+    parser.add_argument("--device", default=None, help="cuda (default when available) or cpu")
+    parser.add_argument("--tiny", action="store_true", help="shrunken families (CPU tests)")
+    parser.add_argument("--dump-configs", metavar="DIR",
+                        help="write the config of every (family, layers, overrides) of the cases to DIR; without "
+                             "--suite/--cases, every family at --layers (default: as published)")
+    parser.add_argument("--layers", type=int, default=None, help="with --dump-configs alone")
+    parser.add_argument("--list", action="store_true", help="print the suite's cases and exit")
+    args = parser.parse_args(argv)
+    t_start = time.monotonic()
+
+    if args.suite and args.cases:
+        parser.error("--suite and --cases are exclusive")
+    cases = []
+    if args.suite:
+        cases = [normalize_case(c) for c in SUITES[args.suite]()]
+    elif args.cases:
+        cases = read_cases(args.cases)
+    if args.dump_configs:
+        if cases:
+            seen = {}
+            for c in cases:
+                seen.setdefault(config_name(c), c)
+            for name, c in seen.items():
+                dump_config(c["family"], os.path.join(args.dump_configs, name), c["layers"], c["overrides"] or None,
+                            args.tiny)
+        else:
+            for fam in FAMILIES:
+                suffix = f"-L{args.layers}" if args.layers else ""
+                dump_config(fam, os.path.join(args.dump_configs, f"{fam}{suffix}.json"), args.layers, None, args.tiny)
+        print(f"configs written to {args.dump_configs}", flush=True)
+    if args.list:
+        for c in cases:
+            print(",".join(str(c[k]) for k in CASE_COLUMNS))
+        return 0
+    if not cases:
+        if args.dump_configs:
+            return 0
+        parser.error("give --suite or --cases")
+    if not args.out:
+        parser.error("--out is required")
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dev = Dev(device)
+    tv, trv = _versions()
+    slot = ModelSlot(dev, args.tiny)
+    common = {"torch_version": tv, "transformers_version": trv, "device_name": dev.name(), "tiny": int(args.tiny)}
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    n = len(cases)
+    warmed = False
+    with open(args.out, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        fh.flush()
+        for i, case in enumerate(cases, 1):
+            row = dict(case, **common)
+            row["config_file"] = config_name(case) if args.dump_configs else ""
+            if time.monotonic() - t_start >= args.budget_s:
+                row.update(status="skipped_budget", reason=f"budget {args.budget_s:g}s spent")
+            else:
+                if not warmed:
+                    slot.warm_baseline = warm_up(dev)
+                    warmed = True
+                run_case(case, slot, dev, row, run_fn)
+            writer.writerow(row)
+            fh.flush()
+            t_ms = row.get("time_step_ms") or row.get("time_prefill_ms")
+            print(f"[{i}/{n}] {case['family']} L{case['layers']} {case['attn_implementation']} {case['mode']} "
+                  f"{case['precision']} {case['optimizer']} ckpt={case['checkpointing']} "
+                  f"{case['seq_len']}x{case['batch']}: {row.get('status')} peak={_fmt_bytes(row.get('peak_bytes'))}"
+                  f" t={t_ms if t_ms is not None else '-'}ms {row.get('reason') or ''}".rstrip(), flush=True)
+    slot.free()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

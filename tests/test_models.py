@@ -27,12 +27,29 @@ PUBLISHED_PARAMS = {
     "gemma-2-9b": 9_241_705_984,  # google/gemma-2-9b
     "vit-l-16": 304_326_632,  # torchvision ViT_L_16_Weights.IMAGENET1K_V1
     "vit-h-14": 632_045_800,  # torchvision ViT_H_14_Weights.IMAGENET1K_SWAG_LINEAR_V1
+    "llama-3.1-8b": 8_030_261_248,  # meta-llama/Llama-3.1-8B
+    "llama-3.1-70b": 70_553_706_496,  # meta-llama/Llama-3.1-70B
+    "llama-3.1-405b": 405_853_388_800,  # meta-llama/Llama-3.1-405B
+    "qwen2.5-72b": 72_706_203_648,  # Qwen/Qwen2.5-72B
+    "phi-3-mini": 3_821_079_552,  # microsoft/Phi-3-mini-4k-instruct
+    "gemma-3-12b": 11_766_034_176,  # google/gemma-3-12b-it language model (hub total 12,187,325,040 with vision)
+    "gemma-3-27b": 27_009_346_304,  # google/gemma-3-27b-it language model (hub total 27,432,406,640 with vision)
+    "mixtral-8x7b": 46_702_792_704,  # mistralai/Mixtral-8x7B-v0.1
+    "qwen3-30b-a3b": 30_532_122_624,  # Qwen/Qwen3-30B-A3B
+    "qwen1.5-moe-a2.7b": 14_315_784_192,  # Qwen/Qwen1.5-MoE-A2.7B
+    "deepseek-v2-lite": 15_706_484_224,  # deepseek-ai/DeepSeek-V2-Lite
+    "deepseek-v3": 671_026_419_200,  # deepseek-ai/DeepSeek-V3 main model, checkpoint elements (state_params)
+    "gpt-oss-20b": 20_914_757_184,  # openai/gpt-oss-20b (bf16-equivalent count)
+    "gpt-oss-120b": 116_829_156_672,  # openai/gpt-oss-120b
 }
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMS))
 def test_preset_parameter_count_is_exact(name):
-    assert get_preset(name).params == PUBLISHED_PARAMS[name]
+    spec = get_preset(name)
+    assert spec.state_params == PUBLISHED_PARAMS[name]
+    # parameters() and the checkpoint differ only by DeepSeek-V3's router score-correction buffers
+    assert spec.state_params - spec.params == (58 * 256 if name == "deepseek-v3" else 0)
 
 
 def test_every_preset_is_covered_and_cites_a_source():
@@ -118,7 +135,7 @@ def test_hf_config_dict_and_layer_types():
 
 @pytest.mark.parametrize("file, message", [
     ("malformed.config.json", "is not valid JSON"),
-    ("mixtral.config.json", "mixture-of-experts"),
+    ("unknown-model-type.config.json", "model_type 'rwkv' is not modelled"),
     ("does-not-exist.json", "file not found"),
 ])
 def test_bad_config_files_are_one_line_errors(file, message):
@@ -167,3 +184,149 @@ def test_tensor_parallel_shards_cover_the_model(name):
         shard = spec.params_per_gpu(tp)
         assert shard < spec.params / tp * 1.2  # only norms, some biases and encoder embeddings are replicated
         assert shard * tp >= spec.params  # copies (kv heads when tp > kv_heads, replicated parts) never lose any
+
+
+# --- mixture of experts, latent attention and the newer families --------------------------------------------
+
+@pytest.mark.parametrize("name, total, active, unit", [
+    ("mixtral-8x7b", 46.7e9, 12.9e9, 0.1e9),  # Mistral AI: 46.7B total, 12.9B active
+    ("qwen3-30b-a3b", 30.5e9, 3.3e9, 0.1e9),  # Qwen3 model card: 30.5B total, 3.3B activated
+    ("qwen1.5-moe-a2.7b", 14.3e9, 2.7e9, 0.1e9),  # Qwen1.5-MoE model card: 14.3B total, 2.7B activated
+    ("deepseek-v3", 671e9, 37e9, 1e9),  # DeepSeek-V3 README: 671B total, 37B activated
+])
+def test_active_and_total_parameters_match_the_published_figures(name, total, active, unit):
+    """Within one unit of the last published digit (cards round or truncate: 12.88B → 12.9, 3.35B → 3.3)."""
+    spec = get_preset(name)
+    assert abs(spec.params - total) < unit
+    assert abs(spec.active_params_per_token - active) < unit
+    assert spec.active_params_per_token < spec.params / 3
+
+
+def test_active_parameters_by_hand():
+    mixtral = get_preset("mixtral-8x7b")
+    per_expert = 3 * 4096 * 14336
+    assert mixtral.expert_params == 32 * 8 * per_expert
+    assert mixtral.params - mixtral.active_params_per_token == 32 * (8 - 2) * per_expert
+    assert mixtral.active_params_per_token == 12_879_925_248 and mixtral.moe_layers == 32
+    qwen = get_preset("qwen3-30b-a3b")
+    assert qwen.active_params_per_token == 3_353_032_704
+    assert qwen.params - qwen.active_params_per_token == 48 * 120 * 3 * 2048 * 768
+    # gpt-oss and DeepSeek-V2 publish active counts without the input embedding table (a lookup, no GEMM)
+    for name, published in (("gpt-oss-20b", 3.61e9), ("gpt-oss-120b", 5.13e9), ("deepseek-v2-lite", 2.4e9)):
+        spec = get_preset(name)
+        assert round((spec.active_params_per_token - spec.vocab * spec.hidden) / 1e7) == pytest.approx(
+            published / 1e7, abs=6), name
+    dense = get_preset("llama-3-8b")
+    assert dense.active_params_per_token == dense.params and dense.expert_params == 0 and dense.moe_layers == 0
+
+
+def test_moe_matmul_params_count_the_active_experts():
+    mixtral = get_preset("mixtral-8x7b")
+    attention = 4096 * (4096 + 2 * 1024) + 4096 * 4096
+    assert mixtral.matmul_params_per_layer == attention + 8 * 4096 + 2 * 3 * 4096 * 14336  # router + top-2
+    assert mixtral.resident_moe_params_per_layer == 8 * 4096 + 8 * 3 * 4096 * 14336
+    ds = get_preset("deepseek-v2-lite")
+    by_layer = ds.matmul_params_by_layer
+    assert by_layer[0] != by_layer[1] and len(set(by_layer[1:])) == 1  # layer 0 dense, then MoE
+    assert ds.matmul_params == sum(by_layer) and ds.matmul_params_per_layer == max(by_layer)
+    assert get_preset("llama-2-7b").matmul_params_per_layer == 202_375_168  # unchanged for dense models
+
+
+def test_mla_kv_cache_per_token_in_both_layouts():
+    lite = get_preset("deepseek-v2-lite")
+    # HF: k (16 heads × 192) and v (16 heads × 128) per layer; latent: c_kv 512 + shared rope key 64 per layer
+    assert lite.kv_cache_bytes_per_token(16, "hf") == 27 * (16 * 192 + 16 * 128) * 2 == 276_480
+    assert lite.kv_cache_bytes_per_token(16, "latent") == 27 * (512 + 64) * 2 == 31_104
+    assert lite.kv_cache_bytes_per_token(8, "latent") == 27 * 576
+    v3 = get_preset("deepseek-v3")
+    assert v3.kv_cache_bytes_per_token() == 61 * 128 * 320 * 2 == 4_997_120
+    assert v3.kv_cache_bytes_per_token(16, "latent") == 61 * 576 * 2 == 70_272
+    llama = get_preset("llama-3-8b")  # GQA: both layouts are 2 · layers · kv_heads · head_dim
+    assert llama.kv_cache_bytes_per_token(16, "latent") == llama.kv_cache_bytes_per_token() == 2 * 32 * 8 * 128 * 2
+    assert llama.kv_cache_bytes_per_token(4) == 32 * 8 * 128  # int4: half a byte per element
+    assert get_preset("vit-l-16").kv_cache_bytes_per_token() == 0
+    with pytest.raises(ValueError, match="layout: unknown value 'paged'"):
+        lite.kv_cache_bytes_per_token(16, "paged")
+
+
+def test_mla_attention_widths():
+    lite = get_preset("deepseek-v2-lite")
+    assert lite.attention_head_widths == (192, 192, 128) and lite.qk_nope_head_dim == 128
+    assert lite.attention_widths_per_layer == ((192, 192, 128),) * 27
+    assert lite.attention_shape("latent") == {"q_heads": 16, "kv_heads": 1, "q_width": 576, "k_width": 576,
+                                              "v_width": 512}
+    assert get_preset("llama-3-8b").attention_head_widths == (128, 128, 128)
+
+
+def test_layer_patterns_of_the_new_families():
+    gemma3 = get_preset("gemma-3-27b")
+    assert gemma3.window_per_layer[:6] == (1024,) * 5 + (None,)  # 5 local : 1 global
+    assert sum(w is None for w in gemma3.window_per_layer) == 62 // 6
+    oss = get_preset("gpt-oss-120b")
+    assert oss.window_per_layer[:3] == (128, None, 128) and oss.moe_layers == 36
+    ds = get_preset("deepseek-v3")
+    assert ds.dense_layers == (0, 1, 2) and ds.moe_layers == 58
+    assert get_preset("phi-3-mini").fused_qkv and get_preset("phi-3-mini").window_per_layer == (2047,) * 32
+
+
+def test_what_each_new_detail_is_worth():
+    oss = get_preset("gpt-oss-20b")
+    assert oss.params - replace(oss, attention_sinks=False).params == 24 * 64
+    assert oss.params - replace(oss, router_bias=False).params == 24 * 32
+    assert oss.params - replace(oss, expert_bias=False).params == 24 * 32 * (2 * 2880 + 2880)
+    qwen = get_preset("qwen3-30b-a3b")
+    assert qwen.params - replace(qwen, qk_norm=False).params == 48 * 2 * 128
+    moe = get_preset("qwen1.5-moe-a2.7b")
+    assert moe.params - replace(moe, shared_expert_gate=False).params == 24 * 2048
+    # phi-3's fused projections hold exactly the separate matrices
+    phi = get_preset("phi-3-mini")
+    assert phi.params == replace(phi, fused_qkv=False, fused_gate_up=False).params
+
+
+@pytest.mark.parametrize("file, preset", [
+    ("mixtral-8x7b.config.json", "mixtral-8x7b"), ("qwen3-30b-a3b.config.json", "qwen3-30b-a3b"),
+    ("qwen1.5-moe-a2.7b.config.json", "qwen1.5-moe-a2.7b"), ("deepseek-v2-lite.config.json", "deepseek-v2-lite"),
+    ("deepseek-v3.config.json", "deepseek-v3"), ("gemma-3-12b.config.json", "gemma-3-12b"),
+    ("gemma-3-27b.config.json", "gemma-3-27b"), ("gpt-oss-20b.config.json", "gpt-oss-20b"),
+    ("gpt-oss-120b.config.json", "gpt-oss-120b"), ("phi-3-mini-4k.config.json", "phi-3-mini"),
+    ("llama-3.1-405b.config.json", "llama-3.1-405b"), ("qwen2.5-72b.config.json", "qwen2.5-72b"),
+])
+def test_hf_config_reproduces_the_new_presets(file, preset):
+    spec, ref = from_hf_config(DATA / file), get_preset(preset)
+    assert spec.params == ref.params and spec.state_params == ref.state_params
+    for field in ("layers", "hidden", "q_heads", "kv_heads", "head_dim", "v_head", "ffn", "vocab", "tied_embeddings",
+                  "window_per_layer", "experts", "experts_per_token", "moe_ffn", "shared_experts_ffn",
+                  "shared_expert_gate", "dense_layers", "router_bias", "expert_bias", "router_score_bias",
+                  "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_norm", "attention_sinks", "qkv_bias",
+                  "out_bias", "norms_per_layer", "fused_qkv", "fused_gate_up", "query_pre_attn_scalar"):
+        assert getattr(spec, field) == getattr(ref, field), field
+
+
+def test_the_minimal_mixtral_config_is_now_read():
+    spec = from_hf_config(DATA / "mixtral.config.json")
+    assert spec.experts == 8 and spec.experts_per_token == 2 and spec.params == get_preset("mixtral-8x7b").params
+
+
+def test_qwen_moe_dense_layers_from_sparse_step_and_mlp_only_layers():
+    cfg = {"model_type": "qwen2_moe", "num_hidden_layers": 6, "hidden_size": 64, "num_attention_heads": 4,
+           "intermediate_size": 128, "vocab_size": 100, "num_experts": 4, "num_experts_per_tok": 2,
+           "moe_intermediate_size": 32, "shared_expert_intermediate_size": 64, "decoder_sparse_step": 2,
+           "mlp_only_layers": [3]}
+    spec = from_hf_config(cfg)
+    assert spec.dense_layers == (0, 2, 3, 4) and spec.moe_layers == 2 and spec.shared_expert_gate
+    assert from_hf_config({**cfg, "model_type": "deepseek_v2", "first_k_dense_replace": 2, "moe_layer_freq": 1,
+                           "kv_lora_rank": 16, "q_lora_rank": None, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8,
+                           "v_head_dim": 8, "n_routed_experts": 4}).dense_layers == (0, 1)
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(experts_per_token=2), "experts: experts_per_token is set but the model has no experts"),
+    (dict(experts=8, experts_per_token=9, moe_ffn=64), "experts_per_token: expected 1..8"),
+    (dict(experts=8, experts_per_token=2, moe_ffn=64, dense_layers=(32,)), "dense_layers: 32 is not a layer index"),
+    (dict(kv_lora_rank=512, qk_rope_head_dim=128), "qk_rope_head_dim: expected 1..127"),
+    (dict(q_lora_rank=64), "kv_lora_rank: q_lora_rank"),
+    (dict(v_head_dim=0), "v_head_dim: must be at least 1"),
+])
+def test_inconsistent_moe_or_mla_is_a_clear_error(changes, message):
+    with pytest.raises(ValueError, match=message):
+        replace(get_preset("llama-3-8b"), **changes)

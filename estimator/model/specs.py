@@ -5,11 +5,18 @@ Parameter count (units: parameters), summed exactly from the architecture:
   decoder  = vocab·hidden·(1 if tied else 2) + layers·per_layer + final norm
   encoder  = patch conv (channels·patch²·hidden + hidden) + cls token + learned positions (tokens·hidden)
              + layers·per_layer + final norm + classifier head (hidden·classes + classes)
-  per_layer = hidden·(q_heads + 2·kv_heads)·head_dim + q_heads·head_dim·hidden   (q, k, v, o projections)
-            + (3 if gated_ffn else 2)·hidden·ffn                                 (SwiGLU/GeGLU or plain MLP)
-            + biases where the model has them + norms_per_layer·(hidden, or 2·hidden for LayerNorm)
+  per_layer = attention + FFN + norms_per_layer·(hidden, or 2·hidden for LayerNorm)
+  attention = hidden·(q_heads·head_dim + kv_heads·head_dim + kv_heads·v_head_dim) + q_heads·v_head_dim·hidden
+              (q, k, v, o; fused qkv_proj has the same count) + biases + q/k norms (2·head_dim) + sinks (q_heads)
+      MLA   = q (hidden·q_heads·head_dim, or hidden·q_lora + q_lora norm + q_lora·q_heads·head_dim)
+              + kv_a (hidden·(kv_lora + rope)) + kv_a norm (kv_lora) + kv_b (kv_lora·q_heads·(nope + v_head_dim))
+              + o (q_heads·v_head_dim·hidden)
+  FFN, dense layer = (3 if gated_ffn else 2)·hidden·ffn (+ biases)
+  FFN, MoE layer   = router (experts·hidden [+ experts]) + experts·3·hidden·moe_ffn [+ experts·(2·moe_ffn + hidden)]
+                     + shared expert 3·hidden·shared_experts_ffn [+ its gate, hidden]
 Each preset cites the config it was read from and the published total it must reproduce
-(tests/test_models.py checks every one).
+(tests/test_models.py checks every one; tests/test_specs_hf.py checks the new families against the parameters
+transformers allocates). docs/architectures.md lists, per family, what is counted.
 """
 
 from __future__ import annotations
@@ -22,12 +29,18 @@ from estimator.call.config import MAX_DIM, MAX_SEQ_LEN, check_positive_int
 
 KINDS = ("decoder", "encoder")
 NORMS = ("rmsnorm", "layernorm")
+KV_LAYOUTS = ("hf", "latent")  # how a KV cache is stored: per head as HF does, or MLA's latent (vLLM, SGLang)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
-    """A dense transformer. `vocab` is the output size of the last projection: the vocabulary of a
-    decoder, the number of classes of an encoder's classifier head."""
+    """A transformer: dense, mixture-of-experts (`experts` > 0) or with multi-head latent attention
+    (`kv_lora_rank` > 0). `vocab` is the output size of the last projection: the vocabulary of a decoder, the
+    number of classes of an encoder's classifier head. Widths are in elements, counts in parameters."""
 
     name: str
     layers: int
@@ -51,6 +64,33 @@ class ModelSpec:
     channels: int = 3
     max_positions: int | None = None  # the context the model was trained for (informational)
     attn_logit_softcap: float | None = None  # Gemma-2: tanh soft-capping of the scores (not in SDPA's kernels)
+    # --- attention details (all default to the plain Llama layout) ---
+    v_head_dim: int | None = None  # value width per head in elements; None = head_dim. MLA: 128 while head_dim
+    #                                (the q/k width per head, qk_nope + qk_rope) is 192
+    fused_qkv: bool = False  # one qkv_proj GEMM (Phi-3): same parameters, one [tokens, q+k+v] output instead of 3
+    fused_gate_up: bool = False  # one gate_up_proj GEMM (Phi-3): same parameters, one [tokens, 2·ffn] output
+    qk_norm: bool = False  # RMSNorm over head_dim on q and on k (Qwen3, Gemma-3): 2·head_dim params per layer
+    attention_sinks: bool = False  # gpt-oss: one learned sink logit per q head per layer (q_heads params)
+    query_pre_attn_scalar: float | None = None  # Gemma: scores scaled by this**-0.5 instead of head_dim**-0.5
+    final_logit_softcap: float | None = None  # Gemma-2: tanh soft-capping of the LM-head logits
+    # --- mixture of experts (experts = 0: dense; every layer uses `ffn`) ---
+    experts: int = 0  # routed experts per MoE layer (num_local_experts / num_experts / n_routed_experts)
+    experts_per_token: int = 0  # top-k routed experts each token runs (num_experts_per_tok)
+    moe_ffn: int = 0  # intermediate width of one routed expert, elements (moe_intermediate_size; Mixtral and
+    #                   gpt-oss: intermediate_size). Experts are gated (gate, up, down)
+    shared_experts_ffn: int = 0  # intermediate width of the always-on shared expert MLP, elements (DeepSeek:
+    #                              n_shared_experts·moe_intermediate_size; Qwen2-MoE: shared_expert_intermediate_size)
+    shared_expert_gate: bool = False  # Qwen2-MoE: sigmoid gate Linear(hidden, 1) on the shared expert (hidden params)
+    dense_layers: tuple[int, ...] = ()  # MoE models: indices of the layers with a dense `ffn` MLP instead
+    #                                     (DeepSeek first_k_dense_replace, Qwen-MoE mlp_only_layers / sparse step)
+    router_bias: bool = False  # gpt-oss: bias on the router (experts params per MoE layer)
+    expert_bias: bool = False  # gpt-oss: biases on every expert's gate_up (2·moe_ffn) and down (hidden)
+    router_score_bias: bool = False  # DeepSeek-V3 e_score_correction_bias: experts floats per MoE layer, a *buffer*
+    #                                  in HF (in the checkpoint, not in parameters()): counted in state_params only
+    # --- multi-head latent attention (DeepSeek-V2/V3; kv_lora_rank = 0: not MLA) ---
+    kv_lora_rank: int = 0  # width of the compressed kv latent c_kv per token, elements (512)
+    q_lora_rank: int = 0  # width of the compressed q latent; 0 = q_proj straight from hidden (V2-Lite)
+    qk_rope_head_dim: int = 0  # rotary part of head_dim, elements (64), shared by all heads (kv_a_proj output)
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -86,6 +126,54 @@ class ModelSpec:
                 check_positive_int(field, getattr(self, field), 1 << 16)
             if self.image_size % self.patch_size:
                 raise ValueError(f"patch_size: {self.patch_size} does not divide image_size {self.image_size}")
+        for field in ("query_pre_attn_scalar", "final_logit_softcap"):
+            value = getattr(self, field)
+            if value is not None:
+                try:
+                    value = float(value)
+                except (TypeError, ValueError):
+                    raise ValueError(f"{field}: expected a number, got {value!r}") from None
+                object.__setattr__(self, field, value if value > 0 else None)
+        if self.v_head_dim is not None:
+            object.__setattr__(self, "v_head_dim", check_positive_int("v_head_dim", self.v_head_dim, MAX_DIM))
+        self._check_moe()
+        self._check_mla()
+
+    def _check_moe(self) -> None:
+        for field in ("experts", "experts_per_token", "moe_ffn", "shared_experts_ffn", "kv_lora_rank", "q_lora_rank",
+                      "qk_rope_head_dim"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{field}: expected a whole number >= 0, got {value!r}")
+        if not self.experts:
+            extra = [f for f in ("experts_per_token", "moe_ffn", "shared_experts_ffn", "shared_expert_gate",
+                                 "router_bias", "expert_bias", "router_score_bias", "dense_layers") if getattr(self, f)]
+            if extra:
+                raise ValueError(f"experts: {extra[0]} is set but the model has no experts (experts=0)")
+            return
+        check_positive_int("experts", self.experts, 1 << 14)
+        check_positive_int("moe_ffn", self.moe_ffn, 1 << 20)
+        if not 1 <= self.experts_per_token <= self.experts:
+            raise ValueError(f"experts_per_token: expected 1..{self.experts} (experts), got {self.experts_per_token}")
+        if self.shared_expert_gate and not self.shared_experts_ffn:
+            raise ValueError("shared_expert_gate: the model has no shared expert (shared_experts_ffn=0)")
+        dense = tuple(self.dense_layers)
+        for i in dense:
+            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.layers:
+                raise ValueError(f"dense_layers: {i!r} is not a layer index in 0..{self.layers - 1}")
+        object.__setattr__(self, "dense_layers", tuple(sorted(set(dense))))
+
+    def _check_mla(self) -> None:
+        if not self.kv_lora_rank:
+            if self.q_lora_rank or self.qk_rope_head_dim:
+                raise ValueError("kv_lora_rank: q_lora_rank / qk_rope_head_dim need latent attention "
+                                 "(kv_lora_rank > 0)")
+            return
+        # kv_heads stays free (HF decompresses k and v for every q head, so configs give kv_heads = q_heads; the
+        # advisor may try fewer): the MLA weights are counted per q head, the "hf" cache per kv head.
+        if not 0 < self.qk_rope_head_dim < self.head_dim:
+            raise ValueError(f"qk_rope_head_dim: expected 1..{self.head_dim - 1} (head_dim = qk_nope + qk_rope), "
+                             f"got {self.qk_rope_head_dim}")
 
     @property
     def q_dim(self) -> int:
@@ -96,25 +184,138 @@ class ModelSpec:
         return self.kv_heads * self.head_dim
 
     @property
+    def v_head(self) -> int:
+        """Value width per head in elements (v_head_dim, or head_dim when not given)."""
+        return self.v_head_dim or self.head_dim
+
+    @property
+    def v_dim(self) -> int:
+        return self.kv_heads * self.v_head
+
+    @property
+    def mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2/V3)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def qk_nope_head_dim(self) -> int:
+        """MLA: the non-rotary part of the q/k head width (head_dim − qk_rope_head_dim); 0 when not MLA."""
+        return self.head_dim - self.qk_rope_head_dim if self.mla else 0
+
+    @property
+    def attention_head_widths(self) -> tuple[int, int, int]:
+        """(q, k, v) width per head in elements, as the attention call sees them in HF (k = q = head_dim)."""
+        return (self.head_dim, self.head_dim, self.v_head)
+
+    @property
+    def attention_widths_per_layer(self) -> tuple[tuple[int, int, int], ...]:
+        """Per layer: (q, k, v) width per head in elements (every family here uses one shape in all layers)."""
+        return (self.attention_head_widths,) * self.layers
+
+    def attention_shape(self, layout: str = "hf") -> dict:
+        """The attention call's heads and widths per head. layout 'hf': q_heads × head_dim queries and keys,
+        kv_heads × v_head values (MLA decompressed per head). 'latent' (MLA with the kv_b projection absorbed, as
+        vLLM/SGLang decode): one shared kv head, q/k width kv_lora_rank + qk_rope, v width kv_lora_rank."""
+        _check_layout(layout)
+        if layout == "latent" and self.mla:
+            w = self.kv_lora_rank + self.qk_rope_head_dim
+            return {"q_heads": self.q_heads, "kv_heads": 1, "q_width": w, "k_width": w, "v_width": self.kv_lora_rank}
+        return {"q_heads": self.q_heads, "kv_heads": self.kv_heads, "q_width": self.head_dim,
+                "k_width": self.head_dim, "v_width": self.v_head}
+
+    def kv_cache_elements_per_token_per_layer(self, layout: str = "hf") -> int:
+        """Cached elements per token in one attention layer. 'hf': kv_heads·(head_dim + v_head) (k and v per head;
+        MLA decompressed, as HF's DynamicCache holds it). 'latent': MLA's kv_lora_rank + qk_rope_head_dim (c_kv and
+        the shared rotary key, as latent-caching engines hold it); the same as 'hf' for non-MLA models."""
+        _check_layout(layout)
+        if layout == "latent" and self.mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return self.kv_heads * (self.head_dim + self.v_head)
+
+    def kv_cache_bytes_per_token(self, kv_bits: int = 16, layout: str = "hf") -> int:
+        """KV-cache bytes per token over all layers (decoders; 0 for encoders), rounded up to whole bytes:
+        layers · kv_cache_elements_per_token_per_layer(layout) · kv_bits / 8. Windowed layers cache fewer tokens
+        per sequence, not fewer bytes per cached token."""
+        check_positive_int("kv_bits", kv_bits, 64)
+        if self.kind != "decoder":
+            return 0
+        return _cdiv(self.layers * self.kv_cache_elements_per_token_per_layer(layout) * kv_bits, 8)
+
+    @property
     def norm_params(self) -> int:
         return self.hidden * (2 if self.norm == "layernorm" else 1)
 
+    # --- per-layer pieces (tp: Megatron-LM tensor parallel degree; 1 = the whole layer) -------------------------
+
+    def _attention_params(self, tp: int = 1) -> int:
+        hq, hk, d, dv = self.q_heads // tp, max(1, self.kv_heads // tp), self.head_dim, self.v_head
+        if self.mla:  # q_a/kv_a down-projections and their norms are replicated; q_b, kv_b split by heads
+            r, c = self.qk_rope_head_dim, self.kv_lora_rank
+            if self.q_lora_rank:
+                ql = self.q_lora_rank
+                q = self.hidden * ql + self.qkv_bias * ql + ql + ql * hq * d
+            else:
+                q = self.hidden * hq * d
+            kv = self.hidden * (c + r) + self.qkv_bias * (c + r) + c + c * hq * (d - r + dv)
+            attn = q + kv + hq * dv * self.hidden
+        else:
+            attn = self.hidden * (hq * d + hk * d + hk * dv) + hq * dv * self.hidden
+            attn += self.qkv_bias * (hq * d + hk * d + hk * dv)
+        return attn + self.out_bias * self.hidden + self.qk_norm * 2 * d + self.attention_sinks * hq
+
+    def _dense_ffn_params(self, tp: int = 1) -> int:
+        F, mats = _cdiv(self.ffn, tp), 3 if self.gated_ffn else 2
+        return mats * self.hidden * F + self.mlp_bias * (F * (mats - 1) + self.hidden)
+
+    def _expert_params(self, tp: int = 1) -> int:
+        """One routed expert (gate, up, down; gpt-oss biases), its intermediate split tp ways."""
+        F = _cdiv(self.moe_ffn, tp)
+        return 3 * self.hidden * F + self.expert_bias * (2 * F + self.hidden)
+
+    def _moe_ffn_params(self, tp: int = 1) -> int:
+        """Router (replicated) + all routed experts + shared expert (split like a dense MLP) + its gate."""
+        router = self.experts * self.hidden + self.router_bias * self.experts
+        shared = 3 * self.hidden * _cdiv(self.shared_experts_ffn, tp) + self.shared_expert_gate * self.hidden
+        return router + self.experts * self._expert_params(tp) + shared
+
+    @property
+    def moe_layer_flags(self) -> tuple[bool, ...]:
+        """Per layer: True where the MLP is a mixture of experts."""
+        dense = set(self.dense_layers)
+        return tuple(bool(self.experts) and i not in dense for i in range(self.layers))
+
+    @property
+    def moe_layers(self) -> int:
+        """Number of layers whose MLP is a mixture of experts (0 for dense models)."""
+        return sum(self.moe_layer_flags)
+
     @property
     def attention_params_per_layer(self) -> int:
-        """q, k, v, o weights (+ biases): hidden·(q_dim + 2·kv_dim) + q_dim·hidden."""
-        weights = self.hidden * (self.q_dim + 2 * self.kv_dim) + self.q_dim * self.hidden
-        return weights + self.qkv_bias * (self.q_dim + 2 * self.kv_dim) + self.out_bias * self.hidden
+        """q, k, v, o weights (+ biases, q/k norms, sinks); MLA: its down/up projections and latent norms."""
+        return self._attention_params()
 
     @property
     def ffn_params_per_layer(self) -> int:
-        """(3 if gated else 2)·hidden·ffn (+ biases)."""
-        mats = 3 if self.gated_ffn else 2
-        bias = self.mlp_bias * (self.ffn * (mats - 1) + self.hidden)
-        return mats * self.hidden * self.ffn + bias
+        """Dense MLP of one layer: (3 if gated else 2)·hidden·ffn (+ biases). MoE layers: moe_params_per_layer."""
+        return self._dense_ffn_params()
+
+    @property
+    def moe_params_per_layer(self) -> int:
+        """MLP of one MoE layer with every expert resident (router, routed experts, shared expert); 0 if dense."""
+        return self._moe_ffn_params() if self.experts else 0
 
     @property
     def params_per_layer(self) -> int:
-        return self.attention_params_per_layer + self.ffn_params_per_layer + self.norms_per_layer * self.norm_params
+        """Parameters of one layer; MoE models: of an MoE layer (dense layers: layer_params[i])."""
+        ffn = self.moe_params_per_layer if self.moe_layers else self.ffn_params_per_layer
+        return self.attention_params_per_layer + ffn + self.norms_per_layer * self.norm_params
+
+    @property
+    def layer_params(self) -> tuple[int, ...]:
+        """Parameters of each layer (all experts resident)."""
+        base = self.attention_params_per_layer + self.norms_per_layer * self.norm_params
+        moe, dense = base + self.moe_params_per_layer, base + self.ffn_params_per_layer
+        return tuple(moe if f else dense for f in self.moe_layer_flags)
 
     @property
     def native_tokens(self) -> int:
@@ -136,37 +337,97 @@ class ModelSpec:
             return self.hidden * self.vocab + self.vocab
         return 0 if self.tied_embeddings else self.vocab * self.hidden
 
+    def _layers_params(self, tp: int = 1) -> int:
+        moe = self.moe_layers
+        per = self._attention_params(tp) + self.norms_per_layer * self.norm_params
+        return (self.layers * per + (self.layers - moe) * self._dense_ffn_params(tp)
+                + (moe * self._moe_ffn_params(tp) if moe else 0))
+
     @property
     def params(self) -> int:
-        """Total parameters (exact)."""
-        return (self.embedding_params + self.layers * self.params_per_layer + self.norm_params
-                + self.head_params)
+        """Total parameters (exact): what HF's `model.parameters()` holds, tied embeddings counted once, every
+        expert resident. Buffers (DeepSeek-V3's e_score_correction_bias) are not parameters: see state_params."""
+        return self.embedding_params + self._layers_params() + self.norm_params + self.head_params
+
+    @property
+    def state_params(self) -> int:
+        """Elements of the checkpoint: params + persistent buffers (router score-correction biases)."""
+        return self.params + self.router_score_bias * self.experts * self.moe_layers
+
+    @property
+    def expert_params(self) -> int:
+        """Resident routed-expert weights over all MoE layers (every expert, biases included; not the router or
+        the shared expert). Under expert parallelism these are what is split across GPUs."""
+        return self.moe_layers * self.experts * self._expert_params() if self.experts else 0
+
+    @property
+    def active_params_per_token(self) -> int:
+        """Parameters one token uses: params less the routed experts it does not run (experts − top-k per MoE
+        layer); embeddings, attention, routers, shared experts and dense layers all count. Dense models: params.
+        The convention of the published 'active' figures (Mixtral 12.9B, Qwen3-30B-A3B 3.3B)."""
+        if not self.experts:
+            return self.params
+        idle = self.moe_layers * (self.experts - self.experts_per_token) * self._expert_params()
+        return self.params - idle
+
+    def _attention_matmul_params(self) -> int:
+        if self.mla:
+            d, dv, r, c = self.head_dim, self.v_head, self.qk_rope_head_dim, self.kv_lora_rank
+            ql = self.q_lora_rank
+            q = self.hidden * ql + ql * self.q_heads * d if ql else self.hidden * self.q_heads * d
+            return q + self.hidden * (c + r) + c * self.q_heads * (d - r + dv) + self.q_heads * dv * self.hidden
+        return (self.hidden * (self.q_dim + self.kv_dim + self.v_dim) + self.q_heads * self.v_head * self.hidden)
+
+    @property
+    def matmul_params_by_layer(self) -> tuple[int, ...]:
+        """Per layer: weights that take part in a GEMM for one token (no biases, norms or sinks): attention
+        projections and the MLP; MoE layers: router + top-k experts + shared expert (+ its gate)."""
+        attn = self._attention_matmul_params()
+        dense = attn + (3 if self.gated_ffn else 2) * self.hidden * self.ffn
+        if not self.experts:
+            return (dense,) * self.layers
+        moe = (attn + self.experts * self.hidden + self.experts_per_token * 3 * self.hidden * self.moe_ffn
+               + 3 * self.hidden * self.shared_experts_ffn + self.shared_expert_gate * self.hidden)
+        return tuple(moe if f else dense for f in self.moe_layer_flags)
+
+    @property
+    def matmul_params(self) -> int:
+        """GEMM weights one token runs through over all layers (sum of matmul_params_by_layer; no LM head)."""
+        return sum(self.matmul_params_by_layer)
 
     @property
     def matmul_params_per_layer(self) -> int:
-        """Weights that take part in a GEMM per token: q, k, v, o and the FFN matrices (no biases or norms)."""
-        attention = self.hidden * (self.q_dim + 2 * self.kv_dim) + self.q_dim * self.hidden
-        return attention + (3 if self.gated_ffn else 2) * self.hidden * self.ffn
+        """Weights that take part in a GEMM per token in one layer: q, k, v, o and the FFN matrices (no biases or
+        norms); MoE: router + the top-k active experts + shared expert. Where layers differ (DeepSeek's dense first
+        layers) the largest layer's value; matmul_params_by_layer has each."""
+        return max(self.matmul_params_by_layer)
+
+    @property
+    def resident_moe_params_per_layer(self) -> int:
+        """Weights resident in one MoE layer's MLP (all experts, router, shared): what a GPU holds, as opposed to
+        the top-k that matmul_params_per_layer counts per token. 0 for dense models."""
+        return self.moe_params_per_layer
 
     def params_per_gpu(self, tp: int = 1) -> int:
         """Parameters one GPU holds under tensor parallelism tp (Megatron-LM layout, Shoeybi et al. 2019): q/k/v
         and FFN-up columns, o and FFN-down rows and the vocabulary split tp ways; kv heads copied when tp exceeds
-        kv_heads; norms, row-parallel biases and encoder patch/position embeddings replicated. tp=1: params."""
-        hq, hk, F = self.q_heads // tp, max(1, self.kv_heads // tp), -(-self.ffn // tp)
-        attn = self.hidden * (hq + 2 * hk) * self.head_dim + hq * self.head_dim * self.hidden
-        attn += self.qkv_bias * (hq + 2 * hk) * self.head_dim + self.out_bias * self.hidden
-        mats = 3 if self.gated_ffn else 2
-        ffn = mats * self.hidden * F + self.mlp_bias * (F * (mats - 1) + self.hidden)
-        layer = attn + ffn + self.norms_per_layer * self.norm_params
+        kv_heads; norms, row-parallel biases and encoder patch/position embeddings replicated. tp=1: params.
+        MoE (no expert parallelism): each expert's intermediate split tp ways, the router replicated. MLA: q_b and
+        kv_b split by heads, the q_a/kv_a down-projections and latent norms replicated. Sinks split with heads."""
         if self.kind == "encoder":
             ends = self.embedding_params + self.head_params
         else:
-            ends = -(-self.vocab // tp) * self.hidden * (1 if self.tied_embeddings else 2)
-        return ends + self.layers * layer + self.norm_params
+            ends = _cdiv(self.vocab, tp) * self.hidden * (1 if self.tied_embeddings else 2)
+        return ends + self._layers_params(tp) + self.norm_params
 
     @property
     def windowed(self) -> bool:
         return any(w is not None for w in self.window_per_layer)
+
+
+def _check_layout(layout: str) -> None:
+    if layout not in KV_LAYOUTS:
+        raise ValueError(f"layout: unknown value {layout!r}; expected one of {', '.join(KV_LAYOUTS)}")
 
 
 def _llama(name, layers, hidden, heads, kv_heads, ffn, vocab, source, **kw) -> ModelSpec:
@@ -209,12 +470,84 @@ PRESETS: dict[str, ModelSpec] = {m.name: m for m in (
               ffn=5120, vocab=1000, gated_ffn=False, norm="layernorm", qkv_bias=True, out_bias=True,
               mlp_bias=True, image_size=224, patch_size=14,
               source=_TV.format("vit_h_14") + " (SWAG_LINEAR_V1): 632,045,800"),
+    # --- added with the MoE / MLA / family fields (docs/architectures.md) ---
+    # Llama 3.1: the Llama 3 shapes with a 131,072-token context (rope_scaling llama3, factor 8).
+    _llama("llama-3.1-8b", 32, 4096, 32, 8, 14336, 128256,
+           _HF.format("meta-llama/Llama-3.1-8B") + " 8,030,261,248", max_positions=131072),
+    _llama("llama-3.1-70b", 80, 8192, 64, 8, 28672, 128256,
+           _HF.format("meta-llama/Llama-3.1-70B") + " 70,553,706,496", max_positions=131072),
+    _llama("llama-3.1-405b", 126, 16384, 128, 8, 53248, 128256,
+           _HF.format("meta-llama/Llama-3.1-405B") + " 405,853,388,800", max_positions=131072),
+    _llama("qwen2.5-72b", 80, 8192, 64, 8, 29568, 152064,
+           _HF.format("Qwen/Qwen2.5-72B") + " 72,706,203,648", qkv_bias=True, max_positions=131072),
+    # Phi-3: fused qkv_proj and gate_up_proj (same count as separate matrices); the 4k config's sliding_window
+    # 2047 is applied by HF's Phi3Attention on every layer.
+    _llama("phi-3-mini", 32, 3072, 32, 32, 8192, 32064,
+           _HF.format("microsoft/Phi-3-mini-4k-instruct") + " 3,821,079,552", fused_qkv=True, fused_gate_up=True,
+           window_per_layer=(2047,) * 32, max_positions=4096),
+    # Gemma 3 language models (text_config of Gemma3ForConditionalGeneration; Gemma3TextConfig defaults for the
+    # keys the file leaves out: vocab 262208, head_dim 256, query_pre_attn_scalar 256, sliding_window_pattern 6).
+    # The hub totals include the SigLIP vision tower + projector (12b: 12,187,325,040; 27b: 27,432,406,640);
+    # the text-only totals are keras-hub's gemma3_12b_text / gemma3_27b_text (vocab 262144) + 64·hidden.
+    _llama("gemma-3-12b", 48, 3840, 16, 8, 15360, 262208,
+           _HF.format("google/gemma-3-12b-it") + " 12,187,325,040 with the vision tower; language model "
+           "11,766,034,176 = keras-hub gemma3_12b_text 11,765,788,416 + 64·3840", head_dim=256,
+           tied_embeddings=True, norms_per_layer=4, qk_norm=True, query_pre_attn_scalar=256,
+           window_per_layer=tuple(None if (i + 1) % 6 == 0 else 1024 for i in range(48)), max_positions=131072),
+    _llama("gemma-3-27b", 62, 5376, 32, 16, 21504, 262208,
+           _HF.format("google/gemma-3-27b-it") + " 27,432,406,640 with the vision tower; language model "
+           "27,009,346,304 = keras-hub gemma3_27b_text 27,009,002,240 + 64·5376", head_dim=128,
+           tied_embeddings=True, norms_per_layer=4, qk_norm=True, query_pre_attn_scalar=168,
+           window_per_layer=tuple(None if (i + 1) % 6 == 0 else 1024 for i in range(62)), max_positions=131072),
+    # Mixture of experts.
+    _llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000,
+           _HF.format("mistralai/Mixtral-8x7B-v0.1") + " 46,702,792,704 (12.9B active)", experts=8,
+           experts_per_token=2, moe_ffn=14336, max_positions=32768),
+    _llama("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936,
+           _HF.format("Qwen/Qwen3-30B-A3B") + " 30,532,122,624 (3.3B active)", head_dim=128, qk_norm=True,
+           experts=128, experts_per_token=8, moe_ffn=768, max_positions=40960),
+    # MLA (q_lora_rank null: q_proj straight from hidden) + MoE with 2 shared experts, layer 0 dense.
+    _llama("deepseek-v2-lite", 27, 2048, 16, 16, 10944, 102400,
+           _HF.format("deepseek-ai/DeepSeek-V2-Lite") + " 15,706,484,224", head_dim=192, v_head_dim=128,
+           kv_lora_rank=512, qk_rope_head_dim=64, experts=64, experts_per_token=6, moe_ffn=1408,
+           shared_experts_ffn=2 * 1408, dense_layers=(0,), max_positions=163840),
+    # V3: q through a 1536 latent, 256 experts (top 8) + 1 shared, first 3 layers dense. The published main-model
+    # count (671B; the 14B multi-token-prediction layer not included) is the checkpoint's, whose 58 router
+    # e_score_correction_bias vectors HF keeps as buffers: params = 671,026,404,352, state_params the total.
+    _llama("deepseek-v3", 61, 7168, 128, 128, 18432, 129280,
+           _HF.format("deepseek-ai/DeepSeek-V3") + "; main model (README: 671B + 14B MTP) 671,026,419,200 "
+           "tensor elements (state_params)", head_dim=192, v_head_dim=128, kv_lora_rank=512, q_lora_rank=1536,
+           qk_rope_head_dim=64, experts=256, experts_per_token=8, moe_ffn=2048, shared_experts_ffn=2048,
+           dense_layers=(0, 1, 2), router_score_bias=True, max_positions=163840),
+    # Qwen2-MoE: q/k/v biases, 60 experts (top 4) + a shared expert (5632) behind a sigmoid gate.
+    _llama("qwen1.5-moe-a2.7b", 24, 2048, 16, 16, 5632, 151936,
+           _HF.format("Qwen/Qwen1.5-MoE-A2.7B") + " 14,315,784,192 (model card: 14.3B, 2.7B activated)",
+           qkv_bias=True, experts=60, experts_per_token=4, moe_ffn=1408, shared_experts_ffn=5632,
+           shared_expert_gate=True, max_positions=8192),
+    # gpt-oss: attention biases (q, k, v, o), a sink per head, 128-token windows on even layers, experts with
+    # biases, router with bias. Totals: bf16-equivalent counts (the hub stores the experts as MXFP4 blocks).
+    _llama("gpt-oss-20b", 24, 2880, 64, 8, 2880, 201088,
+           _HF.format("openai/gpt-oss-20b") + "; model card 20.9B (3.6B active); exact 20,914,757,184 "
+           "(GGUF general.parameter_count)", head_dim=64, qkv_bias=True, out_bias=True, attention_sinks=True,
+           experts=32, experts_per_token=4, moe_ffn=2880, router_bias=True, expert_bias=True,
+           window_per_layer=tuple(128 if i % 2 == 0 else None for i in range(24)), max_positions=131072),
+    _llama("gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088,
+           _HF.format("openai/gpt-oss-120b") + "; model card 117B (5.1B active); exact 116,829,156,672 "
+           "(GGUF general.parameter_count)", head_dim=64, qkv_bias=True, out_bias=True, attention_sinks=True,
+           experts=128, experts_per_token=4, moe_ffn=2880, router_bias=True, expert_bias=True,
+           window_per_layer=tuple(128 if i % 2 == 0 else None for i in range(36)), max_positions=131072),
 )}
 
 PRESET_ALIASES = {"llama2-7b": "llama-2-7b", "llama2-13b": "llama-2-13b", "llama2-70b": "llama-2-70b",
-                  "llama3-8b": "llama-3-8b", "llama3-70b": "llama-3-70b", "llama-3.1-8b": "llama-3-8b",
-                  "llama-3.1-70b": "llama-3-70b", "qwen2.5-7b-instruct": "qwen2.5-7b", "gemma2-9b": "gemma-2-9b",
-                  "vit-large-16": "vit-l-16", "vit-huge-14": "vit-h-14", "mistral-7b-v0.1": "mistral-7b"}
+                  "llama3-8b": "llama-3-8b", "llama3-70b": "llama-3-70b", "llama3.1-8b": "llama-3.1-8b",
+                  "llama3.1-70b": "llama-3.1-70b", "llama3.1-405b": "llama-3.1-405b",
+                  "qwen2.5-7b-instruct": "qwen2.5-7b", "gemma2-9b": "gemma-2-9b",
+                  "vit-large-16": "vit-l-16", "vit-huge-14": "vit-h-14", "mistral-7b-v0.1": "mistral-7b",
+                  "phi-3-mini-4k": "phi-3-mini", "phi-3-mini-4k-instruct": "phi-3-mini",
+                  "mixtral-8x7b-v0.1": "mixtral-8x7b", "qwen2.5-72b-instruct": "qwen2.5-72b",
+                  "gemma-3-12b-it": "gemma-3-12b", "gemma-3-27b-it": "gemma-3-27b",
+                  "gemma3-12b": "gemma-3-12b", "gemma3-27b": "gemma-3-27b",
+                  "qwen2-moe-a2.7b": "qwen1.5-moe-a2.7b"}
 
 
 def get_preset(name: str) -> ModelSpec:
@@ -228,15 +561,43 @@ def get_preset(name: str) -> ModelSpec:
 
 # --- Hugging Face config.json ------------------------------------------------------------------------------
 
-# model_type → defaults that the config file may leave out (each from that model's configuration_*.py).
+# model_type → defaults that the config file may leave out (each from that model's configuration_*.py in
+# transformers 5.17) and the family's fixed traits. `cfg` entries fill keys absent from the file.
 _HF_DEFAULTS: dict[str, dict] = {
     "llama": {"tie_word_embeddings": False},
     "mistral": {"tie_word_embeddings": False},
     "qwen2": {"tie_word_embeddings": False, "qkv_bias": True},
+    "qwen3": {"tie_word_embeddings": False, "qk_norm": True},
+    "phi3": {"tie_word_embeddings": False, "fused": True},
     "gemma": {"tie_word_embeddings": True},
-    "gemma2": {"tie_word_embeddings": True, "norms_per_layer": 4, "alternate_window": True},
-    "gemma3_text": {"tie_word_embeddings": True, "norms_per_layer": 4},
+    "gemma2": {"tie_word_embeddings": True, "norms_per_layer": 4, "alternate_window": True,
+               "cfg": {"head_dim": 256, "query_pre_attn_scalar": 256, "sliding_window": 4096,
+                       "final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0}},
+    "gemma3_text": {"tie_word_embeddings": True, "norms_per_layer": 4, "qk_norm": True,
+                    "cfg": {"vocab_size": 262208, "head_dim": 256, "query_pre_attn_scalar": 256,
+                            "sliding_window": 4096, "sliding_window_pattern": 6, "max_position_embeddings": 131072}},
+    "mixtral": {"tie_word_embeddings": False, "cfg": {"num_experts_per_tok": 2, "num_local_experts": 8}},
+    "qwen2_moe": {"tie_word_embeddings": False, "qkv_bias": True, "shared_expert_gate": True,
+                  "cfg": {"num_experts": 60, "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
+                          "shared_expert_intermediate_size": 5632, "decoder_sparse_step": 1}},
+    "qwen3_moe": {"tie_word_embeddings": False, "qk_norm": True,
+                  "cfg": {"num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+                          "decoder_sparse_step": 1}},
+    "deepseek_v2": {"tie_word_embeddings": False,
+                    "cfg": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                            "v_head_dim": 128, "n_routed_experts": 64, "n_shared_experts": 2,
+                            "moe_intermediate_size": 1407, "first_k_dense_replace": 0, "moe_layer_freq": 1}},
+    "deepseek_v3": {"tie_word_embeddings": False, "router_score_bias": True,
+                    "cfg": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                            "v_head_dim": 128, "n_routed_experts": 256, "n_shared_experts": 1,
+                            "num_experts_per_tok": 8, "moe_intermediate_size": 2048, "first_k_dense_replace": 3,
+                            "moe_layer_freq": 1}},
+    "gpt_oss": {"tie_word_embeddings": False, "attention_sinks": True, "router_bias": True, "expert_bias": True,
+                "cfg": {"attention_bias": True, "head_dim": 64, "sliding_window": 128, "num_local_experts": 128,
+                        "num_experts_per_tok": 4}},
 }
+_HF_DEFAULTS["gemma3"] = _HF_DEFAULTS["gemma3_text"]  # a text-only file saved under the multimodal name
+_MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 
 
 def _hf_int(cfg: dict, key: str, default=None) -> int:
@@ -246,11 +607,22 @@ def _hf_int(cfg: dict, key: str, default=None) -> int:
     return check_positive_int(f"config {key}", value, 1 << 24)
 
 
+def _hf_count(cfg: dict, key: str) -> int:
+    """A whole number >= 0 (null or absent: 0)."""
+    value = cfg.get(key)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"config {key}: expected a whole number >= 0, got {value!r}")
+    return value
+
+
 def from_hf_config(path_or_dict, name: str | None = None) -> ModelSpec:
     """Build a ModelSpec from a local Hugging Face config.json (a path) or its parsed dict.
 
-    Covers dense Llama-style decoders (llama, mistral, qwen2, gemma, gemma2, gemma3 text, and configs with the
-    same keys) and ViT encoders. Mixture-of-experts configs are refused: their per-token FFN is not dense.
+    Covers the decoders llama, mistral, qwen2, qwen3, phi3, gemma, gemma2, gemma3 (text; `text_config` of the
+    multimodal file), mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss, configs without a
+    model_type that have Llama's keys, and ViT encoders. Another model_type is refused by name.
     Raises ValueError naming the problem for a missing or malformed file."""
     if isinstance(path_or_dict, dict):
         cfg, label = path_or_dict, name or "config"
@@ -270,41 +642,91 @@ def from_hf_config(path_or_dict, name: str | None = None) -> ModelSpec:
     if not isinstance(cfg, dict):
         raise ValueError("config: expected a JSON object at the top level")
     if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" not in cfg:
-        cfg = {**cfg["text_config"], "tie_word_embeddings": cfg.get("tie_word_embeddings",
-                                                                   cfg["text_config"].get("tie_word_embeddings"))}
-    model_type = str(cfg.get("model_type", "")).lower()
-    for moe_key in ("num_local_experts", "num_experts", "n_routed_experts"):
-        if cfg.get(moe_key):
-            raise ValueError(f"config: mixture-of-experts model ({moe_key}={cfg[moe_key]}) is not modelled")
+        text = cfg["text_config"]
+        cfg = {**text, "model_type": text.get("model_type") or cfg.get("model_type"),
+               "tie_word_embeddings": cfg.get("tie_word_embeddings", text.get("tie_word_embeddings"))}
+    model_type = str(cfg.get("model_type") or "").lower()
     if model_type == "vit":
         return _vit_from_hf(cfg, label)
+    if model_type and model_type not in _HF_DEFAULTS:
+        raise ValueError(f"config: model_type {model_type!r} is not modelled; known: vit, "
+                         f"{', '.join(sorted(_HF_DEFAULTS))}")
     defaults = _HF_DEFAULTS.get(model_type, {"tie_word_embeddings": False})
+    cfg = {**defaults.get("cfg", {}), **cfg}
     layers = _hf_int(cfg, "num_hidden_layers")
     hidden = _hf_int(cfg, "hidden_size")
     heads = _hf_int(cfg, "num_attention_heads")
     kv_heads = _hf_int(cfg, "num_key_value_heads", heads)
-    head_dim = cfg.get("head_dim") or (hidden // heads if hidden % heads == 0 else None)
-    if head_dim is None:
-        raise ValueError(f"config: hidden_size {hidden} is not divisible by num_attention_heads {heads} "
-                         "and no head_dim is given")
     tied = cfg.get("tie_word_embeddings")
     tied = defaults["tie_word_embeddings"] if tied is None else bool(tied)
     act = str(cfg.get("hidden_act", cfg.get("hidden_activation", "silu"))).lower()
     gated = model_type in _HF_DEFAULTS or act in ("silu", "swish", "gelu_pytorch_tanh")
+    bias = cfg.get("attention_bias")
+    kw: dict = {}
+    if model_type in ("deepseek_v2", "deepseek_v3"):
+        kw.update(_mla_from_hf(cfg, heads))
+        head_dim, kv_heads = kw.pop("head_dim"), heads
+    else:
+        head_dim = cfg.get("head_dim") or (hidden // heads if hidden % heads == 0 else None)
+        if head_dim is None:
+            raise ValueError(f"config: hidden_size {hidden} is not divisible by num_attention_heads {heads} "
+                             "and no head_dim is given")
+        head_dim = _hf_int({"head_dim": head_dim}, "head_dim")
+    kw.update(_moe_from_hf(cfg, model_type, layers, defaults))
     return ModelSpec(
-        name=label, layers=layers, hidden=hidden, q_heads=heads, kv_heads=kv_heads, head_dim=_hf_int(
-            {"head_dim": head_dim}, "head_dim"),
+        name=label, layers=layers, hidden=hidden, q_heads=heads, kv_heads=kv_heads, head_dim=head_dim,
         ffn=_hf_int(cfg, "intermediate_size"), vocab=_hf_int(cfg, "vocab_size"), gated_ffn=gated,
-        tied_embeddings=tied, window_per_layer=_hf_windows(cfg, layers, defaults),
+        tied_embeddings=tied, window_per_layer=_hf_windows(cfg, layers, defaults, model_type),
         norms_per_layer=defaults.get("norms_per_layer", 2),
-        qkv_bias=bool(cfg.get("attention_bias", defaults.get("qkv_bias", False))),
-        out_bias=bool(cfg.get("attention_bias", False)), mlp_bias=bool(cfg.get("mlp_bias", False)),
+        qkv_bias=bool(bias if bias is not None else cfg.get("qkv_bias", defaults.get("qkv_bias", False))),
+        out_bias=bool(bias), mlp_bias=bool(cfg.get("mlp_bias", False)),
         max_positions=cfg.get("max_position_embeddings"), attn_logit_softcap=cfg.get("attn_logit_softcapping"),
-        source=f"Hugging Face config.json ({model_type or '?'})")
+        fused_qkv=bool(defaults.get("fused")), fused_gate_up=bool(defaults.get("fused")),
+        qk_norm=bool(defaults.get("qk_norm")), attention_sinks=bool(defaults.get("attention_sinks")),
+        query_pre_attn_scalar=cfg.get("query_pre_attn_scalar") if model_type.startswith("gemma") else None,
+        final_logit_softcap=cfg.get("final_logit_softcapping"),
+        source=f"Hugging Face config.json ({model_type or '?'})", **kw)
 
 
-def _hf_windows(cfg: dict, layers: int, defaults: dict) -> tuple[int | None, ...]:
-    """Per-layer sliding windows: `layer_types` if present, else Gemma-2 alternation, else one window for all."""
+def _mla_from_hf(cfg: dict, heads: int) -> dict:
+    """DeepSeek latent attention: head_dim = qk_nope + qk_rope (the q/k width), v_head_dim apart."""
+    nope, rope = _hf_int(cfg, "qk_nope_head_dim"), _hf_int(cfg, "qk_rope_head_dim")
+    return {"head_dim": nope + rope, "v_head_dim": _hf_int(cfg, "v_head_dim"),
+            "kv_lora_rank": _hf_int(cfg, "kv_lora_rank"), "q_lora_rank": _hf_count(cfg, "q_lora_rank"),
+            "qk_rope_head_dim": rope}
+
+
+def _moe_from_hf(cfg: dict, model_type: str, layers: int, defaults: dict) -> dict:
+    """Experts, top-k, widths and which layers stay dense, as each family's DecoderLayer decides it."""
+    experts = next((_hf_count(cfg, k) for k in _MOE_KEYS if cfg.get(k)), 0)
+    if not experts:
+        return {}
+    topk = _hf_int(cfg, "num_experts_per_tok", cfg.get("experts_per_token"))
+    kw = {"experts": experts, "experts_per_token": topk,
+          "moe_ffn": _hf_int(cfg, "moe_intermediate_size", cfg.get("intermediate_size")),
+          "router_bias": bool(defaults.get("router_bias")), "expert_bias": bool(defaults.get("expert_bias")),
+          "router_score_bias": bool(defaults.get("router_score_bias"))}
+    if model_type in ("deepseek_v2", "deepseek_v3"):
+        # layer_idx >= first_k_dense_replace (and layer_idx % moe_layer_freq == 0, DeepSeek's own code) is MoE
+        first, freq = _hf_count(cfg, "first_k_dense_replace"), _hf_int(cfg, "moe_layer_freq", 1)
+        kw["dense_layers"] = tuple(i for i in range(layers) if i < first or i % freq)
+        kw["shared_experts_ffn"] = _hf_count(cfg, "n_shared_experts") * kw["moe_ffn"]
+    elif model_type in ("qwen2_moe", "qwen3_moe"):
+        # MoE unless layer_idx in mlp_only_layers or (layer_idx + 1) % decoder_sparse_step != 0
+        only = cfg.get("mlp_only_layers") or []
+        if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+            raise ValueError(f"config mlp_only_layers: expected a list of layer indices, got {only!r}")
+        step = _hf_int(cfg, "decoder_sparse_step", 1)
+        kw["dense_layers"] = tuple(i for i in range(layers) if i in only or (i + 1) % step)
+        if model_type == "qwen2_moe":
+            kw["shared_experts_ffn"] = _hf_count(cfg, "shared_expert_intermediate_size")
+            kw["shared_expert_gate"] = bool(kw["shared_experts_ffn"])
+    return kw
+
+
+def _hf_windows(cfg: dict, layers: int, defaults: dict, model_type: str = "") -> tuple[int | None, ...]:
+    """Per-layer sliding windows: `layer_types` if present, else Gemma-3's sliding_window_pattern (every n-th layer
+    global), else Gemma-2 alternation, else Qwen2's max_window_layers, else one window for all."""
     window = cfg.get("sliding_window")
     if cfg.get("use_sliding_window") is False or not window:
         return (None,) * layers
@@ -314,6 +736,9 @@ def _hf_windows(cfg: dict, layers: int, defaults: dict) -> tuple[int | None, ...
         if len(types) != layers:
             raise ValueError(f"config: layer_types has {len(types)} entries for {layers} layers")
         return tuple(window if "sliding" in str(t) else None for t in types)
+    if model_type in ("gemma3", "gemma3_text"):  # Gemma3TextConfig: sliding unless (i + 1) % pattern == 0
+        pattern = _hf_int(cfg, "sliding_window_pattern", 6)
+        return tuple(window if (i + 1) % pattern else None for i in range(layers))
     if defaults.get("alternate_window"):
         return tuple(window if i % 2 == 0 else None for i in range(layers))
     if "max_window_layers" in cfg:  # Qwen2: layers at index >= max_window_layers use the window

@@ -63,9 +63,10 @@ def training_peak(inputs: PlanInputs, attn: list[LayerAttention], z: Sizes,
     fixed = detail["model_level_bytes"] + detail["gradient_buffers_bytes"]
     stored, transient = detail["stored_layers_bytes"], detail["backward_transient_bytes"]
     checkpointed = inputs.checkpointing in ("full", "hf")
-    # under checkpointing the autocast cache keeps every cast until the forward's autocast region closes; in
-    # backward each recomputed layer casts its own weights again (one layer at a time)
-    casts_backward = casts_layer if checkpointed else casts_layer * m.layers
+    # Autocast's cache holds every 16-bit weight copy until the forward's autocast region closes. Without
+    # checkpointing autograd also saves each copy until that layer's backward; under checkpointing the saved copies
+    # are dropped (recomputed in backward, one layer at a time) and only the output head's survives the forward.
+    casts_saved = casts_head + (0 if checkpointed else casts_layer * m.layers)
     if resident:
         phases = [("backward", {"activations": activations, "weight_casts": casts_all, "gradients": grads,
                                 "optimizer_step": 0})]
@@ -81,8 +82,10 @@ def training_peak(inputs: PlanInputs, attn: list[LayerAttention], z: Sizes,
         def phase(act, casts, grad):
             return {"activations": act, "weight_casts": casts, "gradients": grad, "optimizer_step": 0}
 
-        phases = [("loss", phase(fixed + stored + detail["logits_phase_bytes"], casts_all, 0)),
-                  ("top layer backward", phase(fixed + stored + transient, casts_backward, head_grad)),
+        layer_casts_live = casts_layer if checkpointed else casts_layer * m.layers
+        phases = [("end of forward", phase(fixed + stored + detail["forward_logits_bytes"], casts_all, 0)),
+                  ("loss", phase(fixed + stored + detail["logits_phase_bytes"], casts_saved, 0)),
+                  ("top layer backward", phase(fixed + stored + transient, layer_casts_live, head_grad)),
                   ("bottom layer backward", phase(fixed + stored // m.layers + transient, casts_layer,
                                                   head_grad + (m.layers - 1) * layer_grad)),
                   ("end of backward", phase(detail["model_level_bytes"], 0, grads))]
@@ -144,13 +147,18 @@ def training_activations(inputs: PlanInputs, attn: list[LayerAttention], z: Size
         stored += layer * a.layers
         transient = max(transient, bwd)
     rows = b * n if m.kind == "decoder" else b
-    # Loss backward: logits (dtype) + the saved fp32 log-softmax + its incoming and outgoing fp32 gradients (the
-    # fp32 copy of the logits is gone by then). Measured 14 B/logit bf16, 16 fp32 (tests/data/hf_loss_peak.csv).
-    logits_phase = z.resid + rows * z.V * (es + 12)
+    # Loss backward (HF ForCausalLMLoss: logits.float(), cross_entropy): the saved fp32 log-softmax + its incoming
+    # and outgoing fp32 gradients, 12 B/logit; the 16-bit logits are gone when the training loop keeps only the
+    # loss (HF Trainer's compute_loss, Lightning's training_step). Measured on the H200 (h200_hf_recipes.csv);
+    # a loop that keeps the model output through backward adds the logits (dtype bytes each).
+    logits_phase = z.resid + rows * z.V * 12
+    # the end of the forward: logits (dtype), their fp32 copy and the saved log-softmax
+    forward_logits = z.resid + rows * z.V * (es + 8)
     model_level = model_level_bytes(inputs, z)
     grad_buffers = 2 * z.resid  # backward: the gradient flowing into a layer and the residual branch's
     detail = {"stored_layers_bytes": stored, "backward_transient_bytes": transient,
-              "logits_phase_bytes": logits_phase, "model_level_bytes": model_level,
+              "logits_phase_bytes": logits_phase, "forward_logits_bytes": forward_logits,
+              "model_level_bytes": model_level,
               "gradient_buffers_bytes": grad_buffers, "weight_casts_per_layer_bytes": casts_layer,
               "weight_casts_head_bytes": casts_head, **worst}
     return model_level + stored + grad_buffers + max(transient, logits_phase), detail

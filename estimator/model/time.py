@@ -107,6 +107,7 @@ def plan_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_
         core_fwd, core_fb = core_ms("forward_timing"), core_ms("timing")
         forward_ms = proj_ms + ffn_ms + core_fwd + other_ms + embed_ms
         recompute = {"none": 0.0, "selective": core_fwd, "full": proj_ms + ffn_ms + core_fwd + other_ms}
+        recompute["hf"] = recompute["full"]  # both re-run each layer's forward in its backward
         adamw_ms = params_gpu * (2 * es + (24 if es < 4 else 16)) / bw * 1e3  # fused AdamW: read and write state
         k = inputs.accumulation_steps  # micro-batches per step; the optimizer runs once
         forward_ms *= k

@@ -16,16 +16,19 @@ def inference_activations(inputs: PlanInputs, attn: list[LayerAttention], z: Siz
     cp_buffer = z.kv if inputs.cp > 1 else 0  # ring attention receives the next kv block while computing
     attn_phase = 0
     for a in attn:
-        cache_layer = 2 * z.b * cdiv(a.span, inputs.cp) * inputs.kv_heads_per_gpu * m.head_dim * kv_bits // 8
+        # the cache keeps every prefill token, windowed layers too (transformers 5.17 DynamicSlidingWindowLayer
+        # keeps a view of the concatenated tensor, whose storage holds all of them until the next update)
+        cache_layer = 2 * z.b * cdiv(inputs.seq_len, inputs.cp) * inputs.kv_heads_per_gpu * m.head_dim * kv_bits // 8
         transient_kv = z.kv if m.kind == "encoder" else max(0, z.kv - cache_layer)  # decoders: k, v are the cache
         # layer input + the normed input (the attention module's argument, alive until it returns) + q + the call
-        attn_phase = max(attn_phase, 2 * z.resid + z.q + transient_kv + a.memory.peak_extra_bytes + cp_buffer)
+        attn_phase = max(attn_phase, 2 * z.resid + z.q + transient_kv + a.kv_repeat_bytes
+                         + a.memory.peak_extra_bytes + cp_buffer)
     # layer input (the caller still holds it) + the new residual + the normed input + gate, up, act·up (SwiGLU)
     # or fc1, act (GELU)
     ffn_phase = 3 * z.resid + (3 if m.gated_ffn else 2) * z.b * z.n * z.F * z.es
     rows = z.b * (z.n if inputs.logits == "all" and m.kind == "decoder" else 1)
     logits_phase = z.resid + rows * z.V * (z.es + 4)  # logits in dtype, then .float() (HF generate)
-    model_level = model_level_bytes(inputs, z)
+    model_level = model_level_bytes(inputs, z) + sum(a.mask_bytes for a in attn)
     detail = {"attention_phase_bytes": attn_phase, "ffn_phase_bytes": ffn_phase, "logits_phase_bytes": logits_phase,
               "model_level_bytes": model_level}
     return max(attn_phase + model_level, ffn_phase + model_level, logits_phase), detail
@@ -92,8 +95,10 @@ def training_peak(inputs: PlanInputs, attn: list[LayerAttention], z: Sizes,
     backward_peak = max((p for _, p in phases), key=lambda p: sum(p.values()))
     phases.append(("optimizer step", step))
     name, peak = max(phases, key=lambda p: sum(p[1].values()))
-    return peak, {**detail, "weight_casts_bytes": casts_all, "backward_peak_activations_bytes":
-                  backward_peak["activations"], "backward_peak_bytes": sum(backward_peak.values()), "peak_phase_" + name.replace(" ", "_"): sum(peak.values())}
+    return peak, {**detail, "weight_casts_bytes": casts_all,
+                  "backward_peak_activations_bytes": backward_peak["activations"],
+                  "backward_peak_bytes": sum(backward_peak.values()),
+                  "peak_phase_" + name.replace(" ", "_"): sum(peak.values())}
 
 
 def training_activations(inputs: PlanInputs, attn: list[LayerAttention], z: Sizes) -> tuple[int, dict[str, int]]:
@@ -131,7 +136,8 @@ def training_activations(inputs: PlanInputs, attn: list[LayerAttention], z: Size
             retained *= inputs.cp
         # q, k, v stay alive because the kernel saves them; math saves fp32 copies instead, and eager with GQA
         # saves its repeated k, v (both inside `retained`)
-        qkv_saved = {"math": 0, "eager": z.q if m.q_heads != m.kv_heads else z.q + z.kv}.get(backend, z.q + z.kv)
+        qkv_saved = {"math": 0, "eager": z.q if m.q_heads != m.kv_heads else z.q + z.kv}.get(
+            backend, z.q + (a.kv_repeat_bytes or z.kv))  # SDPA with a mask saves the repeated k, v
         none_layer = norm_save + attn_in_saved + qkv_saved + retained + ffn_save
         if none_layer > sum(worst.values()):
             worst = {"layer_attention_bytes": attn_in_saved + qkv_saved + retained, "layer_ffn_bytes": ffn_save,
@@ -154,7 +160,7 @@ def training_activations(inputs: PlanInputs, attn: list[LayerAttention], z: Size
     logits_phase = z.resid + rows * z.V * 12
     # the end of the forward: logits (dtype), their fp32 copy and the saved log-softmax
     forward_logits = z.resid + rows * z.V * (es + 8)
-    model_level = model_level_bytes(inputs, z)
+    model_level = model_level_bytes(inputs, z) + sum(a.mask_bytes for a in attn)  # masks live the whole step
     grad_buffers = 2 * z.resid  # backward: the gradient flowing into a layer and the residual branch's
     detail = {"stored_layers_bytes": stored, "backward_transient_bytes": transient,
               "logits_phase_bytes": logits_phase, "forward_logits_bytes": forward_logits,

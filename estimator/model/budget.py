@@ -105,7 +105,8 @@ def budget(inputs: PlanInputs) -> Plan:
     kv_bits = KV_DTYPE_BITS[inputs.kv_dtype]
     decoder = m.kind == "decoder"
     per_token_bits = m.layers * 2 * hk * d * kv_bits if decoder else 0
-    seq_bits = sum(a.layers * 2 * hk * d * kv_bits * cdiv(a.span, inputs.cp) for a in attn) if decoder else 0
+    # Hugging Face's cache holds every prefill token, windowed layers too (see activations.inference_activations)
+    seq_bits = m.layers * 2 * hk * d * kv_bits * cdiv(inputs.seq_len, inputs.cp) if decoder else 0
     kv_cache = 0 if training else cdiv(seq_bits * b, 8)
 
     scores_live = textbook = 0

@@ -13,6 +13,7 @@ from estimator.call.attention import estimate_call
 from estimator.call.backends import DEFAULT_TORCH, check_torch_version
 from estimator.call.config import (
     BACKENDS,
+    DTYPE_BITS,
     KV_DTYPE_BITS,
     MAX_SEQ_LEN,
     AttentionCall,
@@ -175,6 +176,8 @@ class LayerAttention:
     memory: object  # CallEstimate of the call one GPU runs (one ring block under cp)
     timing: object  # CallEstimate of the whole-sequence call of one tensor-parallel shard
     forward_timing: object | None  # training: the forward-only call (forward time, recompute)
+    mask_bytes: int = 0  # the dense mask Hugging Face builds for this kind of layer (held for the whole step)
+    kv_repeat_bytes: int = 0  # k and v copied to every query head (repeat_kv) when SDPA gets a mask
 
 
 def attention_call(inputs: PlanInputs, span: int | None = None, **changes) -> AttentionCall:
@@ -198,14 +201,38 @@ def attention_call(inputs: PlanInputs, span: int | None = None, **changes) -> At
     return AttentionCall(**fields)
 
 
+def dense_mask(inputs: PlanInputs, window: int | None) -> bool:
+    """Whether Hugging Face passes this layer a dense (batch, 1, q, kv) mask rather than `is_causal`: always for
+    eager (`eager_mask` never skips), and through SDPA for a sliding window once the keys reach it
+    (transformers 5.17 masking_utils `_ignore_causal_mask_sdpa`: kv_length >= window). A window therefore saves
+    nothing through SDPA or eager: every query still computes seq_len keys."""
+    if inputs.backend == "eager":
+        return inputs.model.kind == "decoder"
+    return window is not None and inputs.seq_len >= window
+
+
 def attention_layers(inputs: PlanInputs) -> list[LayerAttention]:
-    """One estimate_call per distinct window. Window w: the call is modelled with kv_len = min(seq_len, w) and
-    no causal flag (every query sees a dense band of w keys): an assumption, since SDPA has no native window."""
+    """One estimate_call per distinct window, priced as the framework runs it. Without a window: (seq_len ×
+    seq_len), causal for decoders. With a window through SDPA: the full (seq_len × seq_len) call with a bool mask
+    (no causal flag), k and v repeated to every query head (HF's `use_gqa_in_sdpa` refuses GQA with a mask), so the
+    fused backends that take no mask (flash) cannot run it. Eager computes the full causal scores whatever the
+    window (the window lives in its float mask)."""
     m, gpu = inputs.model, gpu_of(inputs)
+    n, b, es = inputs.seq_len, inputs.batch_per_gpu, DTYPE_BITS[inputs.dtype] // 8
     out = []
     for window in sorted(set(inputs.windows), key=lambda w: (w is None, w or 0)):
-        span = inputs.seq_len if window is None else min(inputs.seq_len, window)
-        whole = dict(q_len=inputs.seq_len, kv_len=span, causal=m.kind == "decoder" and span == inputs.seq_len)
+        span = n if window is None else min(n, window)
+        masked = dense_mask(inputs, window)
+        mask_bytes = kv_repeat = 0
+        whole = dict(q_len=n, kv_len=span, causal=m.kind == "decoder" and span == n)
+        if masked and inputs.backend == "eager":
+            whole = dict(q_len=n, kv_len=n, causal=m.kind == "decoder")
+            mask_bytes = b * n * n * es  # torch.where(bool mask, 0, finfo.min) in the model dtype
+        elif masked:
+            whole = dict(q_len=n, kv_len=n, causal=False, mask="bool", kv_heads=inputs.q_heads_per_gpu)
+            mask_bytes = n * n  # bool (1, 1, q, kv), expanded over the batch (a view)
+            if inputs.kv_heads_per_gpu < inputs.q_heads_per_gpu:
+                kv_repeat = 2 * b * inputs.tokens_per_gpu * inputs.q_heads_per_gpu * m.head_dim * es
 
         def estimate(whole=whole, span=span, **changes):
             call_fields = {**whole, **changes}
@@ -221,7 +248,8 @@ def attention_layers(inputs: PlanInputs) -> list[LayerAttention]:
         ring = dict(q_len=inputs.tokens_per_gpu, kv_len=min(span, inputs.tokens_per_gpu), causal=False)
         memory = timing if inputs.cp == 1 else estimate(**ring)
         fwd = estimate(mode="forward") if inputs.mode == "training" else None
-        out.append(LayerAttention(window, inputs.windows.count(window), span, memory, timing, fwd))
+        out.append(LayerAttention(window, inputs.windows.count(window), span, memory, timing, fwd,
+                                  mask_bytes=mask_bytes, kv_repeat_bytes=kv_repeat))
     return out
 
 

@@ -82,6 +82,12 @@ def _report(args) -> int:
     return 0
 
 
+def _calibrate(args) -> int:
+    from validation.calibrate import calibrate
+    calibrate(args.out, device=args.device, quick=args.quick, budget_s=args.budget_s)
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m validation", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -115,6 +121,13 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--gpu", help="catalog GPU to predict for (default: from the data's device name)")
     rep.add_argument("--torch", help="torch version to predict for (default: the data's)")
     rep.set_defaults(func=_report)
+    c = sub.add_parser("calibrate", help="measure GEMMs, memory-bound kernels, launch floor, SDPA, optimizers "
+                       "to a JSON file for `plan --calibration` (validation/calibrate.py)")
+    c.add_argument("--out", default="calibration_kernels.json", help="output JSON (default calibration_kernels.json)")
+    c.add_argument("--quick", action="store_true", help="tiny shapes, for CPU tests")
+    c.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when torch sees a GPU, else cpu")
+    c.add_argument("--budget-s", type=float, default=90.0, help="seconds before sections are cut; 0 = none")
+    c.set_defaults(func=_calibrate)
     return p
 
 

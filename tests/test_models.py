@@ -234,12 +234,14 @@ def test_moe_matmul_params_count_the_active_experts():
 
 def test_mla_kv_cache_per_token_in_both_layouts():
     lite = get_preset("deepseek-v2-lite")
-    # HF: k (16 heads × 192) and v (16 heads × 128) per layer; latent: c_kv 512 + shared rope key 64 per layer
-    assert lite.kv_cache_bytes_per_token(16, "hf") == 27 * (16 * 192 + 16 * 128) * 2 == 276_480
+    # per-head: k (16 heads × 192) and v (16 heads × 128) per layer; latent: c_kv 512 + shared rope key 64 per
+    # layer; "hf": transformers 5.17 caches the latent (measured, validation/data/h200_hf_archs.csv)
+    assert lite.kv_cache_bytes_per_token(16, "per-head") == 27 * (16 * 192 + 16 * 128) * 2 == 276_480
+    assert lite.kv_cache_bytes_per_token(16, "hf") == lite.kv_cache_bytes_per_token(16, "latent")
     assert lite.kv_cache_bytes_per_token(16, "latent") == 27 * (512 + 64) * 2 == 31_104
     assert lite.kv_cache_bytes_per_token(8, "latent") == 27 * 576
     v3 = get_preset("deepseek-v3")
-    assert v3.kv_cache_bytes_per_token() == 61 * 128 * 320 * 2 == 4_997_120
+    assert v3.kv_cache_bytes_per_token(16, "per-head") == 61 * 128 * 320 * 2 == 4_997_120
     assert v3.kv_cache_bytes_per_token(16, "latent") == 61 * 576 * 2 == 70_272
     llama = get_preset("llama-3-8b")  # GQA: both layouts are 2 · layers · kv_heads · head_dim
     assert llama.kv_cache_bytes_per_token(16, "latent") == llama.kv_cache_bytes_per_token() == 2 * 32 * 8 * 128 * 2

@@ -4,6 +4,7 @@ its peak over the moments of backward. Per GPU, exact ints (notation in estimato
 from __future__ import annotations
 
 from estimator.call.shapes import cdiv
+from estimator.model.blocks import MoeShape, mla_attention_live, moe_forward_peak, sinks_eager_peak
 from estimator.model.inputs import LayerAttention, PlanInputs, Sizes
 from estimator.model.state import optimizer_step_bytes
 
@@ -18,20 +19,60 @@ def inference_activations(inputs: PlanInputs, attn: list[LayerAttention], z: Siz
     for a in attn:
         # the cache keeps every prefill token, windowed layers too (transformers 5.17 DynamicSlidingWindowLayer
         # keeps a view of the concatenated tensor, whose storage holds all of them until the next update)
-        cache_layer = 2 * z.b * cdiv(inputs.seq_len, inputs.cp) * inputs.kv_heads_per_gpu * m.head_dim * kv_bits // 8
+        cache_layer = (z.b * cdiv(inputs.seq_len, inputs.cp) * kv_bits
+                       * m.kv_cache_elements_per_token_per_layer(inputs.kv_layout, inputs.tp) // 8)
         transient_kv = z.kv if m.kind == "encoder" else max(0, z.kv - cache_layer)  # decoders: k, v are the cache
+        if m.mla:  # q and the decompressed per-head k, v live beside the cached latent (blocks.mla_attention_live)
+            transient_kv = mla_attention_live(z.b * z.n, inputs.q_heads_per_gpu, m.qk_nope_head_dim,
+                                              m.qk_rope_head_dim, m.v_head, m.kv_lora_rank, z.es) - z.q
         # layer input + the normed input (the attention module's argument, alive until it returns) + q + the call
         attn_phase = max(attn_phase, 2 * z.resid + z.q + transient_kv + a.kv_repeat_bytes
-                         + a.memory.peak_extra_bytes + cp_buffer)
+                         + call_peak_bytes(inputs, a, z) + cp_buffer)
     # layer input (the caller still holds it) + the new residual + the normed input + gate, up, act·up (SwiGLU)
     # or fc1, act (GELU)
-    ffn_phase = 3 * z.resid + (3 if m.gated_ffn else 2) * z.b * z.n * z.F * z.es
+    ffn_phase = 3 * z.resid + ffn_block_peak(inputs, z)
     rows = z.b * (z.n if inputs.logits == "all" and m.kind == "decoder" else 1)
     logits_phase = z.resid + rows * z.V * (z.es + 4)  # logits in dtype, then .float() (HF generate)
     model_level = model_level_bytes(inputs, z) + sum(a.mask_bytes for a in attn)
     detail = {"attention_phase_bytes": attn_phase, "ffn_phase_bytes": ffn_phase, "logits_phase_bytes": logits_phase,
               "model_level_bytes": model_level}
     return max(attn_phase + model_level, ffn_phase + model_level, logits_phase), detail
+
+
+def call_peak_bytes(inputs: PlanInputs, a: LayerAttention, z: Sizes) -> int:
+    """The attention call's peak extra bytes (prefill): the estimator's for the selected backend, except where the
+    model changes the eager core: gpt-oss' sinks (blocks.sinks_eager_peak, plus repeat_kv's per-head k and v)."""
+    m = inputs.model
+    if m.attention_sinks and a.memory.selected_backend == "eager":
+        q_len, kv_len = a.memory.call.q_len, a.memory.call.kv_len
+        repeat = 2 * z.b * kv_len * inputs.q_heads_per_gpu * m.head_dim * z.es if m.q_heads != m.kv_heads else 0
+        return repeat + sinks_eager_peak(z.b, inputs.q_heads_per_gpu, q_len, kv_len, z.es)
+    return a.memory.peak_extra_bytes
+
+
+def moe_shape(inputs: PlanInputs, z: Sizes) -> MoeShape:
+    """The MoE block one GPU runs: every token routed to top-k of the experts it holds (tp splits each expert's
+    intermediate; expert parallelism dispatches tokens, which leaves T·k rows per GPU on average)."""
+    m, tp = inputs.model, inputs.tp
+    return MoeShape(T=z.b * z.n, H=m.hidden, F=cdiv(m.moe_ffn, tp), k=m.experts_per_token,
+                    E=m.experts, router=m.router_style, bias=m.expert_bias, shared_F=cdiv(m.shared_experts_ffn, tp),
+                    shared_gate=m.shared_expert_gate)
+
+
+def expert_weight_bytes(inputs: PlanInputs, z: Sizes) -> int:
+    """Element bytes the experts compute in: grouped_mm casts its input to the weight dtype (not autocast)."""
+    return inputs.recipe.weight_bytes if inputs.recipe else z.es
+
+
+def ffn_block_peak(inputs: PlanInputs, z: Sizes) -> int:
+    """Bytes the MLP of the worst layer allocates above its input during a forward without autograd: a dense
+    gated MLP holds act(gate), up and their product (3·T·F), a GELU MLP fc1 and act (2·T·F); a MoE block what
+    blocks.moe_forward_peak replays."""
+    m = inputs.model
+    dense = (3 if m.gated_ffn else 2) * z.b * z.n * z.F * z.es if m.layers > m.moe_layers else 0
+    if not m.moe_layers:
+        return dense
+    return max(dense, moe_forward_peak(moe_shape(inputs, z), z.rs, expert_weight_bytes(inputs, z), z.es))
 
 
 def model_level_bytes(inputs: PlanInputs, z: Sizes) -> int:

@@ -99,14 +99,16 @@ def budget(inputs: PlanInputs) -> Plan:
         reasons = est.reasons.get(inputs.backend, ()) or tuple(r for rs in est.reasons.values() for r in rs)
         verdict = f"backend {inputs.backend} cannot run this attention call: " + "; ".join(reasons or ("unknown",))
 
-    params_gpu = inputs.model.params_per_gpu(inputs.tp)
+    params_gpu = inputs.model.params_per_gpu(inputs.tp, inputs.ep)
     weights, grads, optimizer = model_state(inputs)
-    # KV cache (decoder inference): Σ_layers 2·hk·d·min(seq_len, w)/cp·b·kv_bits/8, kept in bits until the end.
+    # KV cache (decoder inference): Σ_layers hk·(d + dv)·seq_len/cp·b·kv_bits/8 (MLA under the hf/latent layouts:
+    # kv_lora_rank + qk_rope per token, ModelSpec.kv_cache_elements_per_token_per_layer), kept in bits until the end.
     kv_bits = KV_DTYPE_BITS[inputs.kv_dtype]
     decoder = m.kind == "decoder"
-    per_token_bits = m.layers * 2 * hk * d * kv_bits if decoder else 0
+    kv_elements = m.kv_cache_elements_per_token_per_layer(inputs.kv_layout, tp)
+    per_token_bits = m.layers * kv_elements * kv_bits if decoder else 0
     # Hugging Face's cache holds every prefill token, windowed layers too (see activations.inference_activations)
-    seq_bits = m.layers * 2 * hk * d * kv_bits * cdiv(inputs.seq_len, inputs.cp) if decoder else 0
+    seq_bits = m.layers * kv_elements * kv_bits * cdiv(inputs.seq_len, inputs.cp) if decoder else 0
     kv_cache = 0 if training else cdiv(seq_bits * b, 8)
 
     scores_live = textbook = 0

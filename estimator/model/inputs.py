@@ -23,7 +23,7 @@ from estimator.call.config import (
 )
 from estimator.hardware import GPU, get_gpu
 from estimator.model.recipes import DEFAULT_PRECISION, OPTIMIZERS, PRECISIONS, Precision
-from estimator.model.specs import ModelSpec
+from estimator.model.specs import KV_LAYOUTS, ModelSpec
 
 MODES = ("inference", "training")
 CHECKPOINTING = ("none", "selective", "full", "hf")
@@ -62,6 +62,8 @@ class PlanInputs:
     micro_batch: int | None = None  # training: sequences per replica per forward/backward (gradient accumulation)
     persistent_grads: bool = False  # training: gradients stay allocated between steps (zero_grad(set_to_none=False))
     zero: int = 0  # training: ZeRO stage over the data-parallel replicas (1 optimizer, 2 + gradients, 3 + weights)
+    kv_layout: str = "hf"  # KV cache: hf (as transformers 5.17 stores it) | latent (MLA c_kv + rope key) | per-head
+    ep: int = 1  # expert parallel: each MoE layer's routed experts split ep ways (within the GPUs of a replica set)
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelSpec):
@@ -102,6 +104,11 @@ class PlanInputs:
             object.__setattr__(self, "sequence_parallel", parse_bool("sequence_parallel", self.sequence_parallel))
         if self.window is not None:
             object.__setattr__(self, "window", check_positive_int("window", self.window, MAX_SEQ_LEN))
+        layout = str(self.kv_layout).strip().lower()
+        if layout not in KV_LAYOUTS:
+            raise ValueError(f"kv_layout: unknown value {self.kv_layout!r}; expected one of {', '.join(KV_LAYOUTS)}")
+        object.__setattr__(self, "kv_layout", layout)
+        object.__setattr__(self, "ep", check_positive_int("ep", self.ep, 1 << 14))
         get_gpu(self.gpu)  # ValueError listing the catalog
         object.__setattr__(self, "torch_version", check_torch_version(self.torch_version))
         tp = check_positive_int("tp", self.tp, 1024)
@@ -112,6 +119,9 @@ class PlanInputs:
         object.__setattr__(self, "gpus", gpus)
         if gpus % (tp * cp):
             raise ValueError(f"gpus: {gpus} is not a multiple of tp·cp = {tp * cp}")
+        if self.ep > 1 and (not self.model.experts or self.model.experts % self.ep or gpus % self.ep):
+            raise ValueError(f"ep: {self.ep} must divide the model's routed experts ({self.model.experts}) and the "
+                             f"{gpus} GPUs")
         m = self.model
         if m.q_heads % tp:
             raise ValueError(f"tp: {tp} does not divide the {m.q_heads} query heads")

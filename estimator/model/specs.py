@@ -29,7 +29,9 @@ from estimator.call.config import MAX_DIM, MAX_SEQ_LEN, check_positive_int
 
 KINDS = ("decoder", "encoder")
 NORMS = ("rmsnorm", "layernorm")
-KV_LAYOUTS = ("hf", "latent")  # how a KV cache is stored: per head as HF does, or MLA's latent (vLLM, SGLang)
+KV_LAYOUTS = ("hf", "latent", "per-head")  # how a KV cache is stored: as transformers 5.17 does (MLA: latent),
+# MLA's latent c_kv + rope key (vLLM, SGLang), or decompressed k and v per head (DeepSeek's remote code, engines
+# without MLA kernels)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -213,9 +215,10 @@ class ModelSpec:
         return (self.attention_head_widths,) * self.layers
 
     def attention_shape(self, layout: str = "hf") -> dict:
-        """The attention call's heads and widths per head. layout 'hf': q_heads × head_dim queries and keys,
-        kv_heads × v_head values (MLA decompressed per head). 'latent' (MLA with the kv_b projection absorbed, as
-        vLLM/SGLang decode): one shared kv head, q/k width kv_lora_rank + qk_rope, v width kv_lora_rank."""
+        """The attention call's heads and widths per head. 'hf' and 'per-head': q_heads × head_dim queries and keys,
+        kv_heads × v_head values (transformers 5.17 decompresses MLA's latent with kv_b_proj before the call, whatever
+        it caches). 'latent' (MLA with the kv_b projection absorbed, as vLLM/SGLang decode): one shared kv head, q/k
+        width kv_lora_rank + qk_rope, v width kv_lora_rank."""
         _check_layout(layout)
         if layout == "latent" and self.mla:
             w = self.kv_lora_rank + self.qk_rope_head_dim
@@ -223,14 +226,16 @@ class ModelSpec:
         return {"q_heads": self.q_heads, "kv_heads": self.kv_heads, "q_width": self.head_dim,
                 "k_width": self.head_dim, "v_width": self.v_head}
 
-    def kv_cache_elements_per_token_per_layer(self, layout: str = "hf") -> int:
-        """Cached elements per token in one attention layer. 'hf': kv_heads·(head_dim + v_head) (k and v per head;
-        MLA decompressed, as HF's DynamicCache holds it). 'latent': MLA's kv_lora_rank + qk_rope_head_dim (c_kv and
-        the shared rotary key, as latent-caching engines hold it); the same as 'hf' for non-MLA models."""
+    def kv_cache_elements_per_token_per_layer(self, layout: str = "hf", tp: int = 1) -> int:
+        """Cached elements per token in one attention layer on one of tp GPUs. 'per-head': kv_heads/tp·(head_dim +
+        v_head) (k and v per head; MLA decompressed: 16·(192 + 128) for V2-Lite). 'hf' (what transformers 5.17's
+        DynamicCache holds, measured on the H200): per head for every family but MLA, whose DeepseekV2Attention
+        updates the cache with the compressed latent before decompressing it: kv_lora_rank + qk_rope_head_dim (576),
+        the same on every tp rank. 'latent': that MLA latent; the per-head layout for non-MLA models."""
         _check_layout(layout)
-        if layout == "latent" and self.mla:
+        if self.mla and layout in ("hf", "latent"):
             return self.kv_lora_rank + self.qk_rope_head_dim
-        return self.kv_heads * (self.head_dim + self.v_head)
+        return max(1, self.kv_heads // tp) * (self.head_dim + self.v_head)
 
     def kv_cache_bytes_per_token(self, kv_bits: int = 16, layout: str = "hf") -> int:
         """KV-cache bytes per token over all layers (decoders; 0 for encoders), rounded up to whole bytes:
@@ -272,17 +277,35 @@ class ModelSpec:
         F = _cdiv(self.moe_ffn, tp)
         return 3 * self.hidden * F + self.expert_bias * (2 * F + self.hidden)
 
-    def _moe_ffn_params(self, tp: int = 1) -> int:
-        """Router (replicated) + all routed experts + shared expert (split like a dense MLP) + its gate."""
+    def _moe_ffn_params(self, tp: int = 1, ep: int = 1) -> int:
+        """Router (replicated) + the routed experts this GPU holds (all, or experts/ep under expert parallelism) +
+        shared expert (split like a dense MLP) + its gate."""
         router = self.experts * self.hidden + self.router_bias * self.experts
         shared = 3 * self.hidden * _cdiv(self.shared_experts_ffn, tp) + self.shared_expert_gate * self.hidden
-        return router + self.experts * self._expert_params(tp) + shared
+        return router + _cdiv(self.experts, ep) * self._expert_params(tp) + shared
 
     @property
     def moe_layer_flags(self) -> tuple[bool, ...]:
         """Per layer: True where the MLP is a mixture of experts."""
         dense = set(self.dense_layers)
         return tuple(bool(self.experts) and i not in dense for i in range(self.layers))
+
+    @property
+    def router_style(self) -> str:
+        """How the MoE router of transformers 5.17 computes the routing weights, which fixes their dtype:
+        'mixtral' (softmax of fp32 logits, fp32 top-k weights), 'qwen' (Qwen2/3-MoE: top-k weights cast back to the
+        model dtype), 'deepseek' (router GEMM in fp32, fp32 weights), 'gpt_oss' (router bias, top-k then softmax in
+        the model dtype; clamped SwiGLU experts with biases). Inferred from the traits that tell the families
+        apart; '' for dense models."""
+        if not self.experts:
+            return ""
+        if self.router_bias or self.expert_bias:
+            return "gpt_oss"
+        if self.mla or self.router_score_bias:
+            return "deepseek"
+        if self.qk_norm or self.shared_expert_gate or self.qkv_bias:
+            return "qwen"
+        return "mixtral"
 
     @property
     def moe_layers(self) -> int:
@@ -337,11 +360,11 @@ class ModelSpec:
             return self.hidden * self.vocab + self.vocab
         return 0 if self.tied_embeddings else self.vocab * self.hidden
 
-    def _layers_params(self, tp: int = 1) -> int:
+    def _layers_params(self, tp: int = 1, ep: int = 1) -> int:
         moe = self.moe_layers
         per = self._attention_params(tp) + self.norms_per_layer * self.norm_params
         return (self.layers * per + (self.layers - moe) * self._dense_ffn_params(tp)
-                + (moe * self._moe_ffn_params(tp) if moe else 0))
+                + (moe * self._moe_ffn_params(tp, ep) if moe else 0))
 
     @property
     def params(self) -> int:
@@ -408,17 +431,18 @@ class ModelSpec:
         the top-k that matmul_params_per_layer counts per token. 0 for dense models."""
         return self.moe_params_per_layer
 
-    def params_per_gpu(self, tp: int = 1) -> int:
+    def params_per_gpu(self, tp: int = 1, ep: int = 1) -> int:
         """Parameters one GPU holds under tensor parallelism tp (Megatron-LM layout, Shoeybi et al. 2019): q/k/v
         and FFN-up columns, o and FFN-down rows and the vocabulary split tp ways; kv heads copied when tp exceeds
         kv_heads; norms, row-parallel biases and encoder patch/position embeddings replicated. tp=1: params.
+        Expert parallelism ep: each MoE layer's routed experts split ep ways (router and shared expert replicated).
         MoE (no expert parallelism): each expert's intermediate split tp ways, the router replicated. MLA: q_b and
         kv_b split by heads, the q_a/kv_a down-projections and latent norms replicated. Sinks split with heads."""
         if self.kind == "encoder":
             ends = self.embedding_params + self.head_params
         else:
             ends = _cdiv(self.vocab, tp) * self.hidden * (1 if self.tied_embeddings else 2)
-        return ends + self._layers_params(tp) + self.norm_params
+        return ends + self._layers_params(tp, ep) + self.norm_params
 
     @property
     def windowed(self) -> bool:

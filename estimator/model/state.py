@@ -16,7 +16,7 @@ def model_state(inputs: PlanInputs) -> tuple[int, int, int]:
     estimator/model/recipes.py; ZeRO stage z shards the optimizer state (z ≥ 1), gradients (z ≥ 2) and weights
     (z = 3) over the data-parallel replicas (Rajbhandari et al. 2020, arXiv:1910.02054 §5); stage 3 adds the gathered
     weights of two layers (the current and the prefetched)."""
-    params = inputs.model.params_per_gpu(inputs.tp)
+    params = inputs.model.params_per_gpu(inputs.tp, inputs.ep)
     recipe = inputs.recipe
     if recipe is None:
         return params * element_bytes(inputs.dtype), 0, 0
@@ -33,7 +33,7 @@ def optimizer_step_bytes(inputs: PlanInputs) -> tuple[int, int]:
     """(gradients the optimizer reads, temporaries of its step) per GPU at the optimizer step. bf16-master: the
     16-bit gradients are copied to fp32 before the step (`master.grad = p.grad.float()`, then `p.grad = None`),
     so the step sees 4 bytes per parameter of gradients. Sharded by ZeRO ≥ 1 (each replica steps its shard)."""
-    params = inputs.model.params_per_gpu(inputs.tp)
+    params = inputs.model.params_per_gpu(inputs.tp, inputs.ep)
     recipe = inputs.recipe
     _, grads, _ = model_state(inputs)
     if recipe.master_dtype:

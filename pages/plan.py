@@ -1,4 +1,4 @@
-"""Plan a model: the form, the per-GPU budget and verdict, the backend PyTorch picks, charts, advice, exports."""
+"""Plan a model: the verdict and headline numbers (above the form), the form, then budget, charts, advice, exports."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import streamlit as st
 from estimator.hardware import get_gpu
 from estimator.model.specs import PRESETS
 from estimator.units import gib
-from ui import cached, export, figures, forms, state, sweeps
+from ui import cached, export, figures, forms, state, sweeps, uploads
+from ui.text import duration, human, md, one_line
+from ui.tree_graph import tree_dot
 
 PREFIX = "plan_"
 SOURCE_LABELS = {"preset": "Preset", "custom": "Custom architecture", "hf-config": "Hugging Face config.json"}
@@ -18,13 +20,9 @@ SOURCE_LABELS = {"preset": "Preset", "custom": "Custom architecture", "hf-config
 gib_text = partial(gib, missing="—", mib_below_1gib=False)  # the page's style: always GiB
 
 
-def ms_text(value_ms: float | None) -> str:
-    return "—" if value_ms is None else (f"{value_ms:,.1f} ms" if value_ms >= 1 else f"{value_ms:,.3f} ms")
-
-
 def xlsx_bytes(inputs) -> bytes:
     sweep = cached.plan_sweep(inputs, tuple(sweeps.n_grid(inputs.seq_len)))
-    return export.plan_xlsx(inputs, cached.plan(inputs).to_dict(), sweep, cached.advice(inputs))
+    return export.plan_xlsx(inputs, cached.plan(inputs).to_dict(), sweep, cached.advice(inputs), plan_fn=cached.budget)
 
 
 def csv_text(inputs) -> str:
@@ -35,17 +33,38 @@ def json_text(inputs) -> str:
     return export.plan_json(inputs, cached.plan(inputs).to_dict(), cached.advice(inputs))
 
 
+def safe_advice(inputs) -> tuple:
+    try:
+        return cached.advice(inputs), ""
+    except Exception as exc:  # noqa: BLE001 - a failing advisor must not take the budget down with it
+        return (), f"The advisor could not run ({type(exc).__name__}): {one_line(exc)}"
+
+
+def show_advice(items) -> None:
+    for item in items:
+        with st.expander(f"**{md(human(item.title))}** · `{item.id}`", expanded=False):
+            st.markdown(f"**Why.** {md(human(item.why))}")
+            st.markdown(f"**Expected effect.** {md(human(item.expected_effect))}")
+            if item.bytes_before is not None and item.bytes_after is not None and item.bytes_before != item.bytes_after:
+                st.caption(md(f"{human(item.bytes_metric)}: {gib_text(item.bytes_before)} → "
+                              f"{gib_text(item.bytes_after)}"))
+
+
 st.title("Plan a model")
-st.caption("Per-GPU memory for a prefill that keeps its KV cache (inference) or one mixed-precision AdamW step "
-           "(training), the attention backend PyTorch will pick, and what to change. Sizes in GiB (2³⁰ bytes).")
+top = st.container()  # verdict, warnings and headline numbers: above the form, visible without scrolling
 
 presets = list(PRESETS)
 url_values, url_errors = state.values_from_query(st.query_params, presets=tuple(presets))
 for message in url_errors:
-    st.warning(message)
+    top.warning(md(message))
 forms.seed_state(PREFIX, url_values)
-source = st.radio("Model from", state.MODEL_SOURCES, key=f"{PREFIX}source", horizontal=True,
-                  format_func=SOURCE_LABELS.get)
+pick = st.columns([2, 3])
+with pick[0]:
+    source = st.radio("Model from", state.MODEL_SOURCES, key=f"{PREFIX}source", horizontal=True,
+                      format_func=SOURCE_LABELS.get)
+with pick[1]:
+    if source == "preset":
+        forms.preset_select(PREFIX, presets)
 submitted, uploaded = forms.plan_form(PREFIX, presets, source)
 values = forms.read_values(PREFIX, state.PLAN_DEFAULTS)
 
@@ -53,14 +72,15 @@ config_spec = None
 try:
     if source == "hf-config":
         if uploaded is None:
-            st.info("Upload a Hugging Face `config.json` in the form and press **Plan**.")
+            top.info("Upload a Hugging Face `config.json` in the form and press **Plan**.")
             st.stop()
-        config_spec = state.spec_from_config_bytes(uploaded.getvalue(), name=uploaded.name.removesuffix(".json"))
+        config_spec = uploads.config_spec(uploaded)
         values.update(state.arch_values(config_spec))
+    state.check_form_values(values)
     inputs = state.plan_inputs(values, config_spec)
     plan = cached.budget(inputs)  # the solvers (largest n and batch) run last, below
 except ValueError as exc:
-    st.error(f"Cannot plan this: {exc}")
+    top.error(md(f"Cannot plan this: {one_line(exc)}"))
     st.stop()
 st.query_params.from_dict(state.query_from_values(values))
 forms.save_values(PREFIX, {k: v for k, v in values.items() if k in state.PLAN_DEFAULTS})
@@ -70,23 +90,48 @@ if config_spec is not None and config_spec.windowed:
 
 p = plan.to_dict()
 gpu = get_gpu(inputs.gpu)
+notes = [a for a in p["assumptions"] if a.startswith("Note:")]
+
+# --- a plan that cannot run: the reason and the fix, no totals or times ---------------------------------------
+if not plan.supported:
+    with top:
+        st.error(md(f"Cannot run: {plan.verdict}"))
+        for note in notes:
+            st.warning(md(note))
+        advice, advisor_error = safe_advice(inputs)
+        fixes = [a for a in advice if a.id not in ("profile-first", "log-backend", "split-prefill-decode")]
+        if inputs.backend != "auto":
+            st.info("Fix: choose the attention backend **auto** (PyTorch then picks one that can run), or one "
+                    "that the table below says can run.")
+        for item in fixes[:3]:
+            st.info(md(f"Fix ({item.id}): {human(item.title)}. {human(item.expected_effect)}"))
+        if advisor_error:
+            st.error(md(advisor_error))
+    from estimator.model.inputs import attention_call
+
+    st.subheader("Which backends can run this call")
+    st.table(sweeps.backend_text(sweeps.backend_table(attention_call(inputs), gpu, torch_version=inputs.torch_version,
+                                                      estimate=cached.estimate)))
+    st.stop()
 
 # --- verdict -------------------------------------------------------------------------------------------------
 headroom = p["capacity_bytes"] - p["total_bytes"]
 where = gpu.label + (f" (× {inputs.gpus}: tp {inputs.tp}, cp {inputs.cp}, dp {inputs.dp})" if inputs.gpus > 1 else "")
-if not plan.supported:
-    st.error(f"Cannot run: {plan.verdict}")
-elif plan.fits:
-    st.success(f"Fits: {gib_text(p['total_bytes'])} of {gib_text(p['capacity_bytes'])} per GPU on the {where}; "
-               f"headroom {gib_text(headroom)}.")
-else:
-    st.error(f"Does not fit: {gib_text(p['total_bytes'])} needed per GPU, {gib_text(p['capacity_bytes'])} on the "
-             f"{where}; short by {gib_text(-headroom)}.")
-c1, c2, c3, c4, c5 = st.columns(5)
-c1.metric("total per GPU", gib_text(p["total_bytes"]))
-c2.metric("headroom", gib_text(headroom))
-c3.metric("attention backend", p["selected_backend"])
-max_n_slot, max_batch_slot = c4.empty(), c5.empty()  # filled at the end, when the solvers have run
+with top:
+    verdict_col, notes_col = st.columns([3, 2]) if notes else (st.container(), None)
+    if plan.fits:
+        verdict_col.success(md(f"Fits: {gib_text(p['total_bytes'])} of {gib_text(p['capacity_bytes'])} per GPU on "
+                               f"the {where}; headroom {gib_text(headroom)}."))
+    else:
+        verdict_col.error(md(f"Does not fit: {gib_text(p['total_bytes'])} needed per GPU, "
+                             f"{gib_text(p['capacity_bytes'])} on the {where}; short by {gib_text(-headroom)}."))
+    for note in notes:
+        notes_col.warning(md(note.removeprefix("Note: ")))
+    c1, c2, c3, c4, c5 = st.columns(5)
+    c1.metric("total per GPU", gib_text(p["total_bytes"]))
+    c2.metric("headroom", gib_text(headroom))
+    c3.metric("attention backend", p["selected_backend"])
+    max_n_slot, max_batch_slot = c4.empty(), c5.empty()  # filled at the end, when the solvers have run
 
 VIEWS = ("Budget", "Charts", "Advice", "Export")
 budget_tab, charts_tab, advice_tab, export_tab = st.tabs(VIEWS, key="plan_view", on_change="rerun")
@@ -113,16 +158,16 @@ if budget_tab.open:
         st.subheader("FLOPs and time")
         t1, t2, t3, t4 = st.columns(4)
         t1.metric("prefill FLOPs", f"{p['prefill_flops']:.3e}")
-        t2.metric("prefill time", ms_text(p["prefill_time_ms"]))
+        t2.metric("prefill time", duration(p["prefill_time_ms"]))
         if inputs.mode == "training":
             t3.metric("training step FLOPs", f"{p['training_step_flops']:.3e}")
-            t4.metric("training step time", ms_text(p["step_time_ms"]))
+            t4.metric("training step time", duration(p["step_time_ms"]))
         else:
             t3.metric("decode FLOPs per token", "—" if p["decode_flops_per_token"] is None
                       else f"{p['decode_flops_per_token']:.3e}")
-            t4.metric("decode time per token", ms_text(p["decode_time_ms_per_token"]))
+            t4.metric("decode time per token", duration(p["decode_time_ms_per_token"]))
         with st.expander("Assumptions behind these numbers"):
-            st.markdown("\n".join(f"- {a}" for a in p["assumptions"]) or "none listed")
+            st.markdown("\n".join(f"- {md(a)}" for a in p["assumptions"]) or "none listed")
             st.json(p["inputs"], expanded=False)
 
 # --- charts --------------------------------------------------------------------------------------------------
@@ -144,29 +189,21 @@ if charts_tab.open:
 # --- advice --------------------------------------------------------------------------------------------------
 if advice_tab.open:
     with advice_tab:
-        try:
-            advice = cached.advice(inputs)
-        except Exception as exc:  # noqa: BLE001 - a failing advisor must not take the budget down with it
-            advice = ()
-            first_line = str(exc).splitlines()[0] if str(exc) else ""
-            st.error(f"The advisor could not run ({type(exc).__name__}): {first_line}")
-        for item in advice:
-            with st.expander(f"**{item.title}** · `{item.id}`", expanded=False):
-                st.markdown(f"**Why.** {item.why}")
-                st.markdown(f"**Expected effect.** {item.expected_effect}")
-                if item.bytes_before is not None and item.bytes_after is not None:
-                    st.caption(f"{item.bytes_metric}: {gib_text(item.bytes_before)} → {gib_text(item.bytes_after)}")
-        with st.expander("The decision tree the advice follows"):
-            from estimator.advice.tree import render_tree
-
-            st.code(render_tree(), language=None)
+        advice, advisor_error = safe_advice(inputs)
+        if advisor_error:
+            st.error(md(advisor_error))
+        show_advice(advice)
+        st.markdown("**The decision tree the advice follows** (this plan's path highlighted)")
+        st.graphviz_chart(tree_dot({a.id for a in advice}), width="stretch")
 
 # --- export --------------------------------------------------------------------------------------------------
 if export_tab.open:
     with export_tab:
-        stem = f"plan-{inputs.model.name}-n{inputs.seq_len}-b{inputs.batch}-{inputs.gpu}"
-        st.caption("The spreadsheet's Budget sheet recomputes its closed-form rows (weights, KV cache, score "
-                   "matrices) when you edit n or batch on its Inputs sheet.")
+        stem = f"plan-{export.safe_file_stem(inputs.model.name)}-n{inputs.seq_len}-b{inputs.batch}-{inputs.gpu}"
+        st.caption("Every row of the spreadsheet's Budget sheet is a formula of its Inputs sheet: edit n or batch "
+                   "there and the total and the verdict recompute (the backend-specific rows from the estimator's "
+                   "values tabulated over n and batch). `python -m estimator plan ... --xlsx PATH` writes the same "
+                   "workbook.")
         e1, e2, e3 = st.columns(3)
         # Generated when clicked (deferred), so a re-run of the form does not pay for the files.
         e1.download_button("Budget spreadsheet (.xlsx)", data=partial(xlsx_bytes, inputs), file_name=f"{stem}.xlsx",

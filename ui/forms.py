@@ -14,7 +14,8 @@ import streamlit as st
 
 from estimator.call.config import BACKENDS, DTYPE_BITS, KV_DTYPE_BITS, MASKS
 from estimator.hardware import CATALOG
-from ui.state import CALL_MODES, CHECKPOINTING, LOGITS, PLAN_MODES, ZERO_STAGES
+from estimator.model.recipes import OPTIMIZERS
+from ui.state import CALL_MODES, CHECKPOINTING, LOGITS, PLAN_MODES, PRECISION_CHOICES, ZERO_STAGES
 
 
 def seed_state(prefix: str, url_values: Mapping) -> None:
@@ -37,7 +38,9 @@ def read_values(prefix: str, keys: Iterable[str]) -> dict:
 
 
 def _int(label: str, key: str, help: str | None = None) -> None:
-    st.number_input(label, min_value=1, step=1, key=key, help=help)
+    # No min_value: a 0 or a negative number reaches the page, which shows an error naming the field
+    # (a clamped widget would silently plan something else).
+    st.number_input(label, step=1, key=key, help=help)
 
 
 def gpu_select(key: str) -> None:
@@ -70,6 +73,19 @@ def call_form(prefix: str = "call_") -> bool:
         return st.form_submit_button("Estimate", type="primary")
 
 
+def preset_select(prefix: str, presets: list[str]) -> None:
+    """The preset, outside the form: choosing one sets n to its trained context (or native tokens) at once."""
+    from ui.state import default_seq_len
+
+    def on_change() -> None:
+        n = default_seq_len(st.session_state[f"{prefix}preset"])
+        if n:
+            st.session_state[f"{prefix}seq_len"] = n
+
+    st.selectbox("preset", presets, key=f"{prefix}preset", on_change=on_change,
+                 help="choosing a preset sets n to the context it was trained for (encoders: their native tokens)")
+
+
 def plan_form(prefix: str, presets: list[str], source: str) -> tuple[bool, object]:
     """The planning form for one model source; returns (submitted, uploaded config file or None).
     Four short columns (model, workload, memory, hardware) keep the results above the fold."""
@@ -96,13 +112,17 @@ def plan_form(prefix: str, presets: list[str], source: str) -> tuple[bool, objec
         with c1:
             st.markdown("**Model**")
             if source == "preset":
-                st.selectbox("preset", presets, key=f"{prefix}preset")
+                st.caption(f"Preset: {st.session_state.get(f'{prefix}preset', '')} (chosen above)")
             elif source == "hf-config":
                 uploaded = st.file_uploader("Hugging Face config.json", type=["json"], key=f"{prefix}config_file")
             else:
                 st.caption("The architecture fields above.")
             st.selectbox("mode", PLAN_MODES, key=f"{prefix}mode",
-                         help="training = one mixed-precision AdamW step; inference = prefill of n tokens + KV cache")
+                         help="training = one optimizer step; inference = prefill of n tokens + KV cache")
+            st.selectbox("training precision", PRECISION_CHOICES, key=f"{prefix}precision",
+                         format_func=lambda p: "follow dtype" if p == "auto" else p,
+                         help="follow dtype: bfloat16 -> bf16-mixed, float16 -> 16-mixed, float32 -> 32-true")
+            st.selectbox("optimizer (training)", list(OPTIMIZERS), key=f"{prefix}optimizer")
         with c2:
             st.markdown("**Workload**")
             _int("sequence length n (tokens)", f"{prefix}seq_len")

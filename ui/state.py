@@ -22,6 +22,9 @@ from estimator.call.config import (
 from estimator.hardware import get_gpu
 from estimator.model.inputs import CHECKPOINTING, LOGITS
 from estimator.model.inputs import MODES as PLAN_MODES
+from estimator.model.recipes import OPTIMIZERS, PRECISIONS
+
+PRECISION_CHOICES = ("auto", *PRECISIONS)  # auto: follow dtype (bfloat16 -> bf16-mixed, ...)
 
 MODEL_SOURCES = ("preset", "custom", "hf-config")
 CALL_MODES = ("forward", "forward_backward")
@@ -33,7 +36,8 @@ PLAN_DEFAULTS: dict = {
     "gated_ffn": True, "tied_embeddings": False,
     "seq_len": 8192, "batch": 1, "dtype": "bfloat16", "kv_dtype": "bfloat16", "mode": "inference",
     "checkpointing": "none", "window": 0, "backend": "auto", "gpu": "h200", "gpus": 1, "tp": 1, "cp": 1,
-    "zero": 0, "micro_batch": 0, "sequence_parallel": False, "logits": "last",
+    "zero": 0, "micro_batch": 0, "sequence_parallel": False, "logits": "last", "precision": "auto",
+    "optimizer": "adamw",
 }
 ZERO_STAGES = (0, 1, 2, 3)
 ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "gated_ffn", "tied_embeddings")
@@ -41,7 +45,7 @@ _INT_LIMITS = {"layers": 4096, "hidden": 1 << 20, "heads": 1 << 16, "kv_heads": 
                "ffn": 1 << 22, "vocab": 1 << 24, "seq_len": MAX_SEQ_LEN, "batch": 1 << 20, "gpus": 1 << 16,
                "tp": 1 << 12, "cp": 1 << 12}
 _CHOICES = {"source": MODEL_SOURCES, "mode": PLAN_MODES, "checkpointing": CHECKPOINTING, "backend": BACKENDS,
-            "logits": LOGITS}
+            "logits": LOGITS, "precision": PRECISION_CHOICES, "optimizer": tuple(OPTIMIZERS)}
 
 CALL_DEFAULTS: dict = {
     "batch": 1, "q_heads": 32, "kv_heads": 8, "head_dim": 128, "q_len": 8192, "kv_len": 8192,
@@ -197,7 +201,34 @@ def plan_inputs(values: Mapping, config_spec=None):
                       backend=values["backend"], gpu=values["gpu"], gpus=values["gpus"], tp=values["tp"],
                       cp=values["cp"], zero=values.get("zero", 0), micro_batch=values.get("micro_batch") or None,
                       sequence_parallel=bool(values.get("sequence_parallel", False)),
-                      logits=values.get("logits", "last"))
+                      logits=values.get("logits", "last"),
+                      precision=None if values.get("precision", "auto") == "auto" else values["precision"],
+                      optimizer=values.get("optimizer", "adamw"))
+
+
+def default_seq_len(preset: str) -> int | None:
+    """The n a preset is planned at first: an encoder's native tokens (vit-l-16: 197), else the context the
+    model was trained for (llama-3-8b: 8,192); None when the preset does not say."""
+    from estimator.model.specs import get_preset
+
+    spec = get_preset(preset)
+    if spec.kind == "encoder":
+        return spec.native_tokens
+    return spec.max_positions
+
+
+def check_form_values(values: Mapping) -> None:
+    """Form values out of range are an error naming the field (the widgets do not clamp them, so that a 0 or a
+    negative number is never silently planned as something else)."""
+    for key, limit in _INT_LIMITS.items():
+        if key in ARCH_FIELDS and values.get("source", "preset") != "custom":
+            continue  # a preset's or a config's own architecture
+        if key in values:
+            check_positive_int(key, values[key], limit)
+    for key, limit in (("window", MAX_SEQ_LEN), ("micro_batch", 1 << 20)):
+        value = values.get(key) or 0
+        if not 0 <= value <= limit:
+            raise ValueError(f"{key}: must be 0 (none) or a positive integer up to {limit:,}, got {value!r}")
 
 
 def current_plan_inputs(session: Mapping):

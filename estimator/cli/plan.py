@@ -162,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print one JSON object (contract §3)")
     parser.add_argument("--trace", metavar="CSV", help="production trace of per-request seq lengths: P50/P90/P99")
     parser.add_argument("--smallest-gpu", action="store_true", help="also find the smallest catalog GPU(s) that fit")
+    parser.add_argument("--xlsx", metavar="PATH", help="also write the budget workbook (live formulas of n and batch)")
     return parser
 
 
@@ -179,7 +180,12 @@ def main(argv: list[str] | None = None) -> int:
             from estimator.model.trace import load_trace, trace_report
 
             result["trace"] = trace_report(inputs, load_trace(args.trace))
-    except ValueError as exc:
+        if args.xlsx:
+            from estimator.advice.plan_rules import advise
+            from estimator.report.xlsx import write_plan_xlsx
+
+            write_plan_xlsx(args.xlsx, inputs, result, advise(inputs))
+    except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:

@@ -1,0 +1,76 @@
+"""Text as the pages show it: escaping of anything user-supplied, human field names, times, plurals.
+
+Pure functions (no Streamlit). Streamlit renders Markdown (links, images, `:red[...]` directives, LaTeX) in
+st.markdown, st.error, st.warning, st.success, st.info, st.caption and widget labels, so every string that can
+carry user input (URL parameters, file names, a config's values echoed in an error) goes through `md` first.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&=\"'^%@])")
+
+
+def md(text: object) -> str:
+    """Plain text that Streamlit's Markdown shows literally: every Markdown/HTML punctuation backslash-escaped
+    (a link, an image, a directive or a tag cannot form), newlines kept as spaces."""
+    plain = " ".join(str(text).split())
+    return _MD_SPECIAL.sub(r"\\\1", plain)
+
+
+def html_text(text: object) -> str:
+    """For the few places that take HTML (graph labels): entities."""
+    return html.escape(str(text), quote=True)
+
+
+def one_line(exc: BaseException | str) -> str:
+    """An error's first line, or its type when it has no message."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def plural(count: int, word: str, plural_word: str | None = None) -> str:
+    """'1 request', '2 requests', '1,024 requests'."""
+    return f"{count:,} {word if count == 1 else (plural_word or word + 's')}"
+
+
+def duration(ms: float | None) -> str:
+    """Milliseconds as people read them: '0.052 ms', '12.3 ms', '4,567 ms', '12.3 s' past 10 s, '3.1 min'
+    past 10 minutes, '2.5 h' past 2 hours."""
+    if ms is None or ms != ms:
+        return "—"
+    if ms >= 2 * 3600e3:
+        return f"{ms / 3600e3:,.1f} h"
+    if ms >= 600e3:
+        return f"{ms / 60e3:,.1f} min"
+    if ms >= 10e3:
+        return f"{ms / 1e3:,.1f} s"
+    if ms >= 1:
+        return f"{ms:,.1f} ms"
+    return f"{ms:,.3f} ms"
+
+
+FIELD_NAMES = {
+    "decode_time_ms_per_token": "decode time per token", "prefill_time_ms": "prefill time",
+    "step_time_ms": "training step time", "total_bytes": "total memory per GPU", "kv_cache_bytes": "KV cache",
+    "activation_bytes": "activations", "weights_bytes": "weights", "gradient_bytes": "gradients",
+    "optimizer_bytes": "optimizer state", "attention_scores_bytes": "attention scores",
+    "peak_extra_bytes": "peak extra memory", "max_seq_len": "largest n that fits", "max_batch": "largest batch",
+    "seq_len": "sequence length n", "kv_dtype": "KV-cache dtype", "micro_batch": "micro-batch",
+    "time_ms": "time", "q_len": "query length", "kv_len": "key length", "head_dim": "head dimension",
+}
+_FIELD = re.compile(r"\b(" + "|".join(sorted(map(re.escape, FIELD_NAMES), key=len, reverse=True)) + r")\b")
+_SAME = re.compile(r"(\d[\d,]*(?:\.\d+)?\s?(?:GiB|MiB|ms|s|min|h|bytes|tokens)?)\s*(?:→|->)\s*\1(?![\d.,])")
+
+
+def human(text: str) -> str:
+    """Field identifiers replaced by their names; 'X → X' (no change) written as 'unchanged at X'."""
+    text = _FIELD.sub(lambda m: FIELD_NAMES[m.group(1)], str(text))
+    return _SAME.sub(r"unchanged at \1", text)
+
+
+def changed(before, after) -> bool:
+    """Whether a before/after pair shows a change worth printing."""
+    return before is not None and after is not None and before != after

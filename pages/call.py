@@ -9,6 +9,7 @@ from estimator.call.config import AttentionCall
 from estimator.hardware import get_gpu
 from estimator.units import GIB
 from ui import cached, figures, forms, state, sweeps
+from ui.text import duration, md, one_line
 
 PREFIX = "call_"
 TORCH_VERSION = DEFAULT_TORCH
@@ -20,7 +21,7 @@ st.caption("One `scaled_dot_product_attention` call (or the hand-written eager p
 
 url_values, url_errors = state.call_values_from_query(st.query_params)
 for message in url_errors:
-    st.warning(message)
+    st.warning(md(message))
 forms.seed_state(PREFIX, url_values)
 forms.call_form(PREFIX)
 values = forms.read_values(PREFIX, state.CALL_DEFAULTS)
@@ -29,7 +30,7 @@ try:
     gpu = get_gpu(values["gpu"])
     call = AttentionCall(**{k: v for k, v in values.items() if k != "gpu"})
 except ValueError as exc:
-    st.error(f"Cannot estimate this call: {exc}")
+    st.error(md(f"Cannot estimate this call: {one_line(exc)}"))
     st.stop()
 st.query_params.from_dict(state.call_query_from_values(values))
 forms.save_values(PREFIX, values)
@@ -37,12 +38,29 @@ forms.save_values(PREFIX, values)
 try:
     est = cached.estimate(call, gpu, TORCH_VERSION)
 except ValueError as exc:
-    st.error(f"Cannot estimate this call: {exc}")
+    st.error(md(f"Cannot estimate this call: {one_line(exc)}"))
     st.stop()
 
+
+def known_reasons(est) -> list[str]:
+    """Why the call cannot run: the asked backend's reasons; for auto, the reasons every backend shares first."""
+    own = list(est.reasons.get(call.backend, ()))
+    if own:
+        return own
+    every = [set(r) for r in est.reasons.values() if r]
+    shared = set.intersection(*every) if every else set()
+    rest = [r for rs in est.reasons.values() for r in rs if r not in shared]
+    return sorted(shared) + list(dict.fromkeys(rest))
+
+
 if not est.supported:
-    st.error(f"The {call.backend} backend cannot run this call on the {gpu.label}: "
-             + "; ".join(est.reasons.get(call.backend, ()) or ("not supported",)))
+    reasons = known_reasons(est)
+    st.error(md(f"The {call.backend} backend cannot run this call on the {gpu.label}: "
+                + ("; ".join(reasons) if reasons else "no backend accepts it (no reason recorded)")))
+    st.subheader("Backends")
+    st.table(sweeps.backend_text(sweeps.backend_table(call, gpu, torch_version=TORCH_VERSION,
+                                                      estimate=cached.estimate)))
+    st.stop()
 else:
     total = est.input_bytes + est.peak_extra_bytes
     verdict = st.success if est.fits else st.error
@@ -51,13 +69,13 @@ else:
             f"on the {gpu.label}.")
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("backend that runs", est.selected_backend)
-m2.metric("peak extra (GiB)", f"{est.peak_extra_bytes / GIB:,.3f}" if est.peak_extra_bytes is not None else "—")
-m3.metric("time (ms)", f"{est.time_ms:,.3f}" if est.supported else "—")
+m2.metric("peak extra (GiB)", f"{est.peak_extra_bytes / GIB:,.3f}")
+m3.metric("time", duration(est.time_ms))
 m4.metric("FLOPs (FlopCounterMode)", f"{est.flops:.3e}")
 lo, hi = est.error_band
-st.caption(f"peak_extra_bytes = {est.peak_extra_bytes if est.peak_extra_bytes is not None else '—'} bytes · "
-           f"score matrix (textbook B·H·L·S·element) = {est.scores_bytes:,} bytes · executed FLOPs "
-           f"{est.executed_flops:.3e} · measured error band {lo:+.1%} / {hi:+.1%}")
+st.caption(f"peak extra {est.peak_extra_bytes:,} bytes · score matrix (textbook B·H·L·S·element) "
+           f"{est.scores_bytes:,} bytes · executed FLOPs {est.executed_flops:.3e} · measured error band "
+           f"{lo:+.1%} / {hi:+.1%}")
 
 st.subheader("Backends")
 table = sweeps.backend_table(call, gpu, torch_version=TORCH_VERSION, estimate=cached.estimate)

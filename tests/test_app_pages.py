@@ -178,10 +178,78 @@ def test_call_page_changes_and_errors():
     at.selectbox(key="call_backend").set_value("flash")
     at.selectbox(key="call_dtype").set_value("float32")
     submit(at, "Estimate")  # flash cannot run fp32: a plain error with the reason, not an exception
-    assert any("flash" in plain(e.value) for e in at.error) and metric(at, "peak extra (GiB)") == "—"
+    assert any("flash" in plain(e.value) and "float16" in plain(e.value) for e in at.error)
+    assert not at.metric  # no FLOPs 0 or empty peak for a call that cannot run
     at.number_input(key="call_kv_heads").set_value(5)
     submit(at, "Estimate")
     assert any("kv_heads" in plain(e.value) for e in at.error)
+
+
+def page_alone(page: str, query: dict) -> AppTest:
+    """One page run on its own with a query string (through app.py the planning page rewrites the URL first)."""
+    at = AppTest.from_file(str(ROOT / page), default_timeout=TIMEOUT)
+    at.query_params.update(query)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_call_page_causal_with_mask_gives_the_known_reason():
+    at = page_alone("pages/call.py", {"causal": "1", "mask": "bool", "backend": "auto"})
+    assert any("is_causal and attn_mask are both set" in plain(e.value) for e in at.error)
+    assert not at.metric
+
+
+def test_markdown_in_share_links_is_shown_as_text_on_every_page():
+    query = {"gpu": "[Session expired](https://evil.example/login)", "dtype": "![x](http://127.0.0.1:9/track.png)"}
+    for page in ("app.py", "pages/call.py"):
+        at = page_alone(page, query)
+        texts = [w.value for w in at.warning] + [e.value for e in at.error]
+        assert texts and all("](" not in t for t in texts), texts  # no link or image can form
+        assert any("evil.example" in plain(t) for t in texts)
+
+
+def test_out_of_range_form_values_are_errors_not_plans():
+    at = app()
+    at.number_input(key="plan_batch").set_value(0)
+    submit(at, "Plan")
+    assert any("batch" in plain(e.value) for e in at.error) and not at.metric
+
+
+def test_cannot_run_plan_shows_reason_and_fix_without_totals():
+    at = app(query={"backend": "flash", "dtype": "float32"})
+    assert any("Cannot run" in plain(e.value) and "float16" in plain(e.value) for e in at.error)
+    assert any("auto" in plain(i.value) for i in at.info)
+    assert not at.metric and "none" not in " ".join(plain(e.value) for e in at.error)
+
+
+def test_preset_change_sets_its_default_n_and_notes_show_beside_the_verdict():
+    at = app()
+    at.selectbox(key="plan_preset").set_value("vit-l-16").run()
+    assert at.number_input(key="plan_seq_len").value == 197
+    at = app(query={"seq_len": "65536"})  # llama-3-8b was trained on 8,192 positions
+    assert any("8,192 positions" in plain(w.value) for w in at.warning)
+
+
+def test_precision_and_optimizer_reach_the_plan_and_the_url():
+    at = app(query={"mode": "training", "seq_len": "4096", "precision": "bf16-true", "optimizer": "sgd"})
+    expected = plan_for(mode="training", seq_len=4096, precision="bf16-true", optimizer="sgd")
+    assert metric(at, "total per GPU") == gib_text(expected["total_bytes"])
+    at.selectbox(key="plan_optimizer").set_value("adamw")
+    submit(at, "Plan")
+    assert at.query_params["optimizer"] in ("adamw", ["adamw"]) and at.query_params["precision"] in (
+        "bf16-true", ["bf16-true"])
+
+
+def test_uploaded_config_hostile_inputs_are_one_line_errors():
+    at = app()
+    at.radio(key="plan_source").set_value("hf-config").run()
+    deep = ("[" * 100000 + "]" * 100000).encode()
+    huge_int = ('{"num_hidden_layers": ' + "9" * 400 + "}").encode()
+    for name, data in (("deep.json", deep), ("=1+2+cmd|' /C calc'!A0.json", huge_int), ("big.json", b" " * (2 << 20))):
+        at.file_uploader(key="plan_config_file").upload(name, data, "application/json")
+        submit(at, "Plan")
+        assert at.error and all("\n" not in e.value for e in at.error), name
 
 
 # --- production trace --------------------------------------------------------------------------------------------

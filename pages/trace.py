@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import csv
+
 import streamlit as st
 
 from estimator.hardware import get_gpu
 from estimator.model.trace import parse_trace, trace_report
 from estimator.units import GIB
-from ui import figures, state, sweeps
+from ui import figures, state, sweeps, uploads
+from ui.text import md, one_line, plural
 
 st.title("Production trace")
 st.caption("Size the budget and the decode SLA from the production distribution of n, not a lab-fixed n "
@@ -16,9 +19,9 @@ st.caption("Size the budget and the decode SLA from the production distribution 
 try:
     inputs = state.current_plan_inputs(st.session_state)
 except ValueError as exc:
-    st.error(f"The plan is not valid: {exc}")
+    st.error(md(f"The plan is not valid: {one_line(exc)}"))
     st.stop()
-st.markdown(f"Plan: **{inputs.model.name}**, batch {inputs.batch}, {inputs.dtype}, KV {inputs.kv_dtype}, "
+st.markdown(f"Plan: **{md(inputs.model.name)}**, batch {inputs.batch}, {inputs.dtype}, KV {inputs.kv_dtype}, "
             f"{inputs.mode}, backend {inputs.backend}, {inputs.gpus} × {get_gpu(inputs.gpu).label}.")
 
 uploaded = st.file_uploader("CSV of sequence lengths (a column named seq_len, n or tokens, or a single column)",
@@ -27,19 +30,24 @@ if uploaded is None:
     st.info("Upload a trace to see its percentiles.")
     st.stop()
 try:
-    text = uploaded.getvalue().decode("utf-8-sig")
-    report = trace_report(inputs, parse_trace(text, source=f"trace {uploaded.name}"))
+    text = uploads.read_bytes(uploaded, uploads.CSV_MAX_BYTES, "trace").decode("utf-8-sig")
+    report = trace_report(inputs, parse_trace(text, source=f"trace {uploads.config_name(uploaded.name)}"))
 except UnicodeDecodeError:
     st.error("Cannot use this trace: the file is not UTF-8 text")
-    st.stop()
-except ValueError as exc:
-    st.error(f"Cannot use this trace: {exc}")
+    st.stop()  # nothing of an earlier file is shown: the page renders only this file's result
+except (ValueError, csv.Error, OverflowError, RecursionError) as exc:
+    reason = one_line(exc)
+    if "field larger than field limit" in reason:
+        reason = "a field is larger than 128 KiB; a trace has one number per row"
+    st.error(md(f"Cannot use this trace: {reason}"))
     st.stop()
 table = sweeps.trace_table(report)
-st.success(f"{report['requests']:,} requests, n from {report['min_seq_len']:,} to {report['max_seq_len_seen']:,}; "
-           f"{report['share_that_fit']:.1%} fit (n ≤ {report['max_seq_len_that_fits']:,} at batch {inputs.batch})"
-           + (f"; {report['skipped_rows']:,} malformed rows skipped, e.g. {report['skipped_examples'][0]}"
-              if report["skipped_rows"] else ""))
+st.success(md(f"{plural(report['requests'], 'request')}, n from {report['min_seq_len']:,} to "
+              f"{report['max_seq_len_seen']:,}; {report['share_that_fit']:.1%} fit (n ≤ "
+              f"{report['max_seq_len_that_fits']:,} at batch {inputs.batch})."))
+if report["skipped_rows"]:
+    st.warning(md(f"{plural(report['skipped_rows'], 'row')} skipped as absurd or malformed (not a positive whole "
+                  f"number of tokens within the estimator's range), e.g. {report['skipped_examples'][0]}."))
 shown = table.assign(**{"total (GiB)": table["total_bytes"] / GIB, "KV cache (GiB)": table["kv_cache_bytes"] / GIB})
 st.dataframe(shown[["percentile", "n", "total (GiB)", "KV cache (GiB)", "fits", "prefill_time_ms",
                     "decode_time_ms_per_token"]], hide_index=True, width="stretch", key="trace_table",

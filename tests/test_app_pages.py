@@ -287,7 +287,7 @@ def test_validate_without_gpu_shows_command_and_reads_upload(monkeypatch):
     assert table["ran_backend"][0] == "flash" and pd.notna(table["relative_error"][0])
     at.file_uploader(key="validate_upload").upload("other.csv", b"a,b\n1,2\n", "text/csv")
     at.run()
-    assert any("Not a validation CSV" in plain(e.value) for e in at.error)
+    assert any("not a validation CSV" in plain(e.value) for e in at.error)
 
 
 def test_validate_with_mocked_gpu_runs_guarded_job(monkeypatch):
@@ -302,18 +302,68 @@ def test_validate_with_mocked_gpu_runs_guarded_job(monkeypatch):
     monkeypatch.setattr(ui.gpu, "cuda_status",
                         lambda: {"name": "NVIDIA H200", "free_bytes": 140 << 30, "total_bytes": 141 << 30})
     monkeypatch.setattr(ui.gpu, "measure", fake_measure)
+    monkeypatch.setenv("PLANNER_ENABLE_GPU_JOBS", "true")
     at = app("pages/validate.py")
     assert any("CUDA GPU: NVIDIA H200" in plain(s.value) for s in at.success)
     next(b for b in at.button if b.label == "Run validation").click()
     at.run()
     assert not at.exception
-    assert len(calls) == 2  # inference plan: the prefill call and one decode step
+    assert len(calls) == 2 * ui.gpu.REPEATS  # inference plan: the prefill call and one decode step, repeated
+    assert not ui.gpu.job_running()  # the lock is released
     table = frame_with(at, "ran_backend")
     assert list(table["ran_backend"]) == ["flash", "flash"]
 
 
+def test_validate_gpu_jobs_off_off_localhost_and_over_budget(monkeypatch):
+    import ui.gpu
+    monkeypatch.setattr(ui.gpu, "cuda_status",
+                        lambda: {"name": "NVIDIA H200", "free_bytes": 140 << 30, "total_bytes": 141 << 30})
+    monkeypatch.setattr(ui.gpu, "measure", lambda call: pytest.fail("measured while jobs are off"))
+    monkeypatch.setenv("PLANNER_ENABLE_GPU_JOBS", "false")
+    at = app("pages/validate.py")
+    assert any("off" in plain(w.value) for w in at.warning) and not any(b.label == "Run validation" for b in at.button)
+    assert not ui.gpu.settings("0.0.0.0", environ={}).enabled and ui.gpu.settings("localhost", environ={}).enabled
+    monkeypatch.setenv("PLANNER_ENABLE_GPU_JOBS", "true")
+    monkeypatch.setenv("PLANNER_JOB_BUDGET_S", "0.000001")
+    at = app("pages/validate.py")
+    assert any("over the budget" in plain(e.value) for e in at.error)
+    assert next(b for b in at.button if b.label == "Run validation").disabled
+
+
+def test_validate_cancel_stops_between_repetitions_and_releases_the_lock(monkeypatch):
+    import ui.gpu
+    from estimator.model.inputs import attention_call
+    seen = []
+    monkeypatch.setattr(ui.gpu, "measure", lambda call: seen.append(call) or {"status": "ok",
+                        "measured_peak_extra_bytes": 1, "measured_time_ms": 1.0})
+    call = attention_call(PlanInputs(model=get_preset("llama-3-8b"), seq_len=1024, gpu="h200"))
+    with pytest.raises(ui.gpu.Cancelled):
+        ui.gpu.run_job([call], [True], should_stop=lambda: len(seen) >= 2)
+    assert len(seen) == 2 and not ui.gpu.job_running()
+
+
+def test_validate_upload_uses_the_data_gpu_and_reports_bad_files(monkeypatch):
+    import ui.gpu
+    monkeypatch.setattr(ui.gpu, "cuda_status", lambda: None)
+    row = {"id": "x", "backend": "flash", "dtype": "bfloat16", "batch": 1, "q_heads": 8, "kv_heads": 8,
+           "head_dim": 128, "q_len": 4096, "kv_len": 4096, "causal": 1, "mask": "none", "dropout": 0.0,
+           "mode": "forward", "status": "ok", "measured_peak_extra_bytes": 8 << 20, "ran_backend": "flash",
+           "n_kernels": 1, "device_name": "NVIDIA A100-SXM4-80GB", "torch_version": "2.11.0+cu130"}
+    at = app("pages/validate.py")
+    at.file_uploader(key="validate_upload").upload("m.csv", pd.DataFrame([row]).to_csv(index=False).encode(),
+                                                   "text/csv")
+    at.run()
+    assert any("a100-80gb" in plain(c.value) for c in at.caption)
+    for data in (pd.DataFrame([{**row, "measured_peak_extra_bytes": "lots"}]).to_csv(index=False).encode(),
+                 pd.DataFrame([{**row, "q_len": -1}]).to_csv(index=False).encode(), b"\xff\xfe\x00garbage"):
+        at.file_uploader(key="validate_upload").upload("bad.csv", data, "text/csv")
+        at.run()
+        assert not at.exception and at.error and not at.get("plotly_chart"), data[:40]
+
+
 def test_validate_guard_blocks_calls_that_do_not_fit(monkeypatch):
     import ui.gpu
+    monkeypatch.setenv("PLANNER_ENABLE_GPU_JOBS", "true")
     monkeypatch.setattr(ui.gpu, "cuda_status", lambda: {"name": "tiny", "free_bytes": 1 << 30, "total_bytes": 2 << 30})
     monkeypatch.setattr(ui.gpu, "measure", lambda call: pytest.fail("a blocked call was measured"))
     at = app("pages/validate.py")

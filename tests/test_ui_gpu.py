@@ -54,7 +54,7 @@ def test_one_job_at_a_time(monkeypatch):
         gpu._JOB_LOCK.release()
     seen = []
     result = gpu.run_job(calls, [True, False], lambda done, total, text: seen.append((done, total)))
-    assert len(result) == 1 and seen[-1] == (1, 1)
+    assert len(result) == 1 and seen[-1] == (gpu.REPEATS, gpu.REPEATS)
     assert not gpu._JOB_LOCK.locked()
 
 

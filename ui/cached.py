@@ -87,3 +87,29 @@ def plan_sweep(inputs, ns: tuple[int, ...]) -> pd.DataFrame:
     from ui.sweeps import plan_sweep as sweep
 
     return sweep(inputs, ns, plan_fn=budget)
+
+
+_RESULTS: OrderedDict = OrderedDict()
+
+
+def validation_table(data: bytes, gpu_name: str | None, torch_version: str | None = None) -> tuple:
+    """(table, data's GPU, data's torch, description) for an uploaded validation CSV, memoised on the file's
+    SHA-256 and the GPU compared with (a 5 MB result costs tens of seconds to predict row by row; a re-run of the
+    page must not pay it again). ValueError when the file is not a validation result."""
+    import hashlib
+
+    from estimator.hardware import get_gpu
+    from ui import gpu as gpu_module
+
+    key = (hashlib.sha256(data).hexdigest(), gpu_name, torch_version)
+    if key in _RESULTS:
+        _RESULTS.move_to_end(key)
+        return _RESULTS[key]
+    frame = gpu_module.read_result_csv(data)
+    data_gpu, data_torch, said = gpu_module.data_gpu(frame)
+    compare_gpu = gpu_name or data_gpu or "h200"
+    table = gpu_module.compare(frame, get_gpu(compare_gpu), torch_version or data_torch, estimate=estimate)
+    answer = _RESULTS[key] = (table, compare_gpu, torch_version or data_torch, said, data_gpu)
+    if len(_RESULTS) > 8:
+        _RESULTS.popitem(last=False)
+    return answer

@@ -21,11 +21,68 @@ from estimator.units import GIB
 from validation.guard import APP_GUARD, APP_GUARD_TEXT
 
 MAX_CALLS = 16
+REPEATS = 5  # repetitions per call; a cancel is honoured between two of them
+RUNS_PER_REPETITION = 5  # warm-up, peak, kernels, FLOPs, timed run: what one protocol measure() launches
 _JOB_LOCK = threading.Lock()
+LOCAL_ADDRESSES = ("localhost", "127.0.0.1", "::1")
 
 
 class Busy(RuntimeError):
     """Another validation job holds the GPU on this server."""
+
+
+class Cancelled(RuntimeError):
+    """The user cancelled the job (between two repetitions)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """GPU jobs from the browser: allowed or not, and the predicted-time budget of one job (seconds)."""
+
+    enabled: bool
+    budget_s: float
+    why: str
+
+
+PLANNER_TOML = str(__import__("pathlib").Path(__file__).resolve().parents[1] / ".streamlit" / "planner.toml")
+
+
+def settings(server_address: str | None, config_path: str = PLANNER_TOML, environ: dict | None = None) -> Settings:
+    """Read `.streamlit/planner.toml` ([validate] enable_gpu_jobs = true|false|"localhost", job_budget_s = 180)
+    and the environment (PLANNER_ENABLE_GPU_JOBS, PLANNER_JOB_BUDGET_S override it). Default: jobs only when the
+    server listens on localhost, at most 180 s of predicted GPU time each."""
+    import os
+    import tomllib
+
+    environ = os.environ if environ is None else environ
+    conf: dict = {}
+    try:
+        with open(config_path, "rb") as f:
+            conf = tomllib.load(f).get("validate", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        conf = {}
+    enable = str(environ.get("PLANNER_ENABLE_GPU_JOBS", conf.get("enable_gpu_jobs", "localhost"))).strip().lower()
+    try:
+        budget = float(environ.get("PLANNER_JOB_BUDGET_S", conf.get("job_budget_s", 180)))
+    except (TypeError, ValueError):
+        budget = 180.0
+    budget = budget if budget > 0 else 180.0
+    local = (server_address or "").strip().lower() in LOCAL_ADDRESSES
+    if enable in ("true", "1", "yes"):
+        return Settings(True, budget, "enabled by the server's settings")
+    if enable in ("false", "0", "no"):
+        return Settings(False, budget, "disabled by the server's settings")
+    if local:
+        return Settings(True, budget, "the server listens on localhost only")
+    return Settings(False, budget, f"the server listens on {server_address or 'every interface'}, not localhost "
+                                   "only; set enable_gpu_jobs = true in .streamlit/planner.toml to allow them")
+
+
+def predicted_job_s(guarded: pd.DataFrame) -> float:
+    """Predicted GPU seconds of a job: each allowed call's predicted time × runs per repetition × repetitions."""
+    rows = guarded[guarded["allowed"]]
+    times = pd.to_numeric(rows["time_ms"], errors="coerce").fillna(0)
+    return float(times.sum()) * RUNS_PER_REPETITION * REPEATS / 1e3
 
 
 def cuda_status() -> dict | None:
@@ -94,41 +151,116 @@ def measure(call: AttentionCall) -> dict:
     return protocol_measure(call, "cuda")
 
 
+def measure_repeated(call: AttentionCall, repeats: int, should_stop: Callable[[], bool]) -> dict:
+    """The call measured `repeats` times (one protocol repetition each); stops between two repetitions when
+    `should_stop()`; the largest peak and the median time."""
+    results = []
+    for _ in range(repeats):
+        if should_stop():
+            raise Cancelled("cancelled")
+        results.append(measure(call))
+        if results[-1].get("status") != "ok":
+            break
+    out = dict(results[-1])
+    peaks = [r["measured_peak_extra_bytes"] for r in results if r.get("measured_peak_extra_bytes") is not None]
+    times = sorted(r["measured_time_ms"] for r in results if r.get("measured_time_ms") is not None)
+    if peaks:
+        out["measured_peak_extra_bytes"] = max(peaks)
+    if times:
+        out["measured_time_ms"] = times[len(times) // 2]
+    return out
+
+
 def run_job(calls: list[AttentionCall], allowed: list[bool],
-            on_progress: Callable[[int, int, str], None] = lambda done, total, text: None) -> pd.DataFrame:
-    """Measure the allowed calls one after another, holding the server's GPU lock; Busy if it is held."""
+            on_progress: Callable[[int, int, str], None] = lambda done, total, text: None,
+            should_stop: Callable[[], bool] = lambda: False, repeats: int = REPEATS) -> pd.DataFrame:
+    """Measure the allowed calls one after another, holding the server's GPU lock; Busy if it is held. The lock is
+    released on every exit (done, cancelled, an exception, the script stopped by a re-run)."""
     if not _JOB_LOCK.acquire(blocking=False):
         raise Busy("another validation job is running on this server; try again when it finishes")
     try:
-        rows, total = [], sum(allowed)
+        rows, total = [], sum(allowed) * repeats
         done = 0
         for call, ok in zip(calls, allowed, strict=True):
             if not ok:
                 continue
             on_progress(done, total, f"measuring {call.backend} q_len={call.q_len} kv_len={call.kv_len} {call.mode}")
-            result = measure(call)
+
+            def stop_or_progress() -> bool:
+                nonlocal done
+                if should_stop():
+                    return True
+                on_progress(min(done, total), total, "repetition")
+                done += 1
+                return False
+
+            result = measure_repeated(call, repeats, stop_or_progress)
             rows.append({**{k: getattr(call, k) for k in CALL_COLUMNS}, **result})
-            done += 1
-            on_progress(done, total, "done")
+        on_progress(total, total, "done")
         return pd.DataFrame(rows)
     finally:
         _JOB_LOCK.release()
 
 
-def compare(measured: pd.DataFrame, gpu: GPU) -> pd.DataFrame:
+def job_running() -> bool:
+    return _JOB_LOCK.locked()
+
+
+def data_gpu(measured: pd.DataFrame) -> tuple[str | None, str | None, str]:
+    """(catalog GPU, modelled torch version, what the data says) from a result's device_name/torch_version."""
+    from estimator.call.backends import check_torch_version
+    from estimator.hardware import gpu_from_device_name
+
+    device = torch = None
+    if "device_name" in measured.columns and measured["device_name"].notna().any():
+        device = str(measured["device_name"].dropna().mode().iloc[0])
+    if "torch_version" in measured.columns and measured["torch_version"].notna().any():
+        torch = str(measured["torch_version"].dropna().mode().iloc[0])
+    name = gpu_from_device_name(device) if device else None
+    try:
+        modelled = check_torch_version(torch) if torch else None
+    except ValueError:
+        modelled = None
+    said = ", ".join(x for x in (device and f"device {device}", torch and f"torch {torch}") if x) or "no device named"
+    return name, modelled, said
+
+
+def read_result_csv(data: bytes) -> pd.DataFrame:
+    """A validation result CSV; ValueError (one line) when it is not one or has no usable row."""
+    import io
+
+    try:
+        frame = pd.read_csv(io.BytesIO(data))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError, OverflowError) as exc:
+        raise ValueError(f"cannot read this CSV: {(str(exc).splitlines() or [type(exc).__name__])[0]}") from None
+    missing = [c for c in ("measured_peak_extra_bytes", *CALL_COLUMNS) if c not in frame.columns
+               and c not in ("mask", "dropout", "causal")]
+    if missing:
+        raise ValueError(f"not a validation CSV: missing columns {', '.join(missing)}")
+    measured = pd.to_numeric(frame["measured_peak_extra_bytes"], errors="coerce")
+    if frame.empty or not measured.notna().any():
+        raise ValueError("no row has a numeric measured_peak_extra_bytes")
+    return frame
+
+
+def compare(measured: pd.DataFrame, gpu: GPU, torch_version: str | None = None, estimate=None) -> pd.DataFrame:
     """Measured rows beside the estimator's prediction for each (predicted peak, relative error, backend)."""
     from estimator.call.attention import estimate_call
+    from estimator.call.backends import DEFAULT_TORCH
+
+    estimate = estimate or estimate_call
+    torch_version = torch_version or DEFAULT_TORCH
 
     rows = []
     for row in measured.to_dict("records"):
         out = dict(row)
         try:
             call = AttentionCall(**{k: row[k] for k in CALL_COLUMNS if k in row and pd.notna(row[k]) and row[k] != ""})
-        except (ValueError, TypeError) as exc:
-            out["error"] = str(exc)
+        except (ValueError, TypeError, OverflowError) as exc:
+            out["error"] = (str(exc).splitlines() or [type(exc).__name__])[0]
             rows.append(out)
             continue
-        est = estimate_call(call, gpu)
+        est = estimate(call, gpu, torch_version)
         out.setdefault("predicted_backend", est.selected_backend)
         if pd.isna(out.get("peak_extra_bytes", float("nan"))):
             out["peak_extra_bytes"] = est.peak_extra_bytes

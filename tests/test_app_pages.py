@@ -376,6 +376,7 @@ def test_validate_guard_blocks_calls_that_do_not_fit(monkeypatch):
 def test_tree_page_renders_the_tree():
     at = app("pages/tree.py")
     assert any("profile-first" in c.value for c in at.code)
+    assert "#FFE08A" in at.get("graphviz_chart")[0].proto.spec  # the default plan's path is highlighted
 
 
 def test_validate_displays_a_real_cpu_validation_run(tmp_path, monkeypatch):

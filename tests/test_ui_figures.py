@@ -22,7 +22,8 @@ def test_memory_vs_n_is_log_log_in_gib_with_capacity_line():
     fig = figures.memory_vs_n(_sweep(), capacity_bytes=80 * GIB, capacity_label="h100-sxm", current_n=2048)
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
     assert "GiB" in fig.layout.yaxis.title.text
-    math_trace = next(t for t in fig.data if t.name == "math")
+    math_trace = next(t for t in fig.data if t.name.startswith("math"))
+    assert "cannot run from n = 8,192" in math_trace.name
     assert list(math_trace.x) == [1024, 2048, 4096, 8192]
     assert math_trace.y[0] == pytest.approx(4 * 1024 * 1024 / GIB)
     assert math_trace.y[-1] is None  # no fake value where the backend cannot run
@@ -65,3 +66,22 @@ def test_measured_vs_predicted_has_identity_line():
     ident = next(t for t in fig.data if t.name == "measured = predicted")
     assert list(ident.x) == [1.0, 3.0]
     assert fig.layout.xaxis.type == "log"
+
+
+def test_memory_chart_ticks_styles_and_cannot_run_legend():
+    import pandas as pd
+
+    from ui import figures
+
+    rows = []
+    for n in (256, 1024, 4096, 16384, 65536, 262144):
+        rows.append({"n": n, "backend": "flash", "total_bytes": n * 2**20, "error": ""})
+        rows.append({"n": n, "backend": "cudnn", "total_bytes": n * 2**20, "error": ""})
+        rows.append({"n": n, "backend": "efficient", "total_bytes": None,
+                     "error": "backend efficient cannot run this attention call: GQA is not supported"})
+    fig = figures.memory_vs_n(pd.DataFrame(rows), capacity_bytes=141 << 30, capacity_label="h200")
+    assert list(fig.layout.xaxis.ticktext)[:2] == ["256", "512"] or "1k" in fig.layout.xaxis.ticktext
+    assert all(t.endswith("GiB") for t in fig.layout.yaxis.ticktext)
+    flash, cudnn = (t for t in fig.data if t.name in ("flash", "cudnn"))
+    assert flash.line.dash != cudnn.line.dash and flash.marker.symbol != cudnn.marker.symbol
+    assert any(t.name.startswith("efficient: cannot run (GQA") for t in fig.data)

@@ -18,7 +18,38 @@ from estimator.units import GIB
 
 BACKEND_COLORS = {"math": "#d62728", "flash": "#1f77b4", "efficient": "#2ca02c", "cudnn": "#9467bd",
                   "eager": "#ff7f0e", "auto": "#7f7f7f"}
+BACKEND_DASHES = {"math": "solid", "flash": "dash", "efficient": "dot", "cudnn": "dashdot", "eager": "longdash",
+                  "auto": "solid"}
+BACKEND_MARKERS = {"math": "circle", "flash": "square", "efficient": "diamond", "cudnn": "triangle-up",
+                   "eager": "x", "auto": "circle-open"}
 _HOVER_GIB = "%{y:,.3f} GiB"
+
+
+def _n_ticks(ns: list[int]) -> tuple[list[int], list[str]]:
+    """Powers of two across the range (every other one past 8 ticks), labelled 256, 1k, 32k, 1M."""
+    lo, hi = max(min(ns), 1), max(ns)
+    powers = [1 << k for k in range(lo.bit_length() - 1, hi.bit_length() + 1) if lo <= 1 << k <= hi] or [lo]
+    step = max(1, -(-len(powers) // 8))
+    powers = powers[::step]
+
+    def label(n: int) -> str:
+        return f"{n >> 20}M" if n >= 1 << 20 else f"{n >> 10}k" if n >= 1 << 10 else str(n)
+
+    return powers, [label(n) for n in powers]
+
+
+def _gib_ticks(values: list[float]) -> tuple[list[float], list[str]]:
+    """1-2-5 steps in GiB across the range: 0.5 GiB, 1 GiB, 2 GiB, 5 GiB, 10 GiB, ..."""
+    lo, hi = min(values), max(values)
+    ticks = []
+    for exp in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 2):
+        for m in (1, 2, 5):
+            v = m * 10.0 ** exp
+            if lo / 1.5 <= v <= hi * 1.5:
+                ticks.append(v)
+    if len(ticks) > 9:  # a wide range: one tick per power of ten
+        ticks = [v for v in ticks if f"{v:g}".lstrip("0.").startswith("1")]
+    return ticks, [f"{v:,g} GiB" for v in ticks]
 
 
 def gib(value_bytes: int | float | None) -> float | None:
@@ -42,9 +73,23 @@ def memory_vs_n(sweep: pd.DataFrame, *, capacity_bytes: int, capacity_label: str
     for backend, rows in sweep.groupby("backend", sort=False):
         rows = rows.sort_values("n")
         y = [gib(v) if pd.notna(v) else None for v in rows[y_column]]
+        name = str(backend)
+        if all(v is None for v in y):  # cannot run at any n: named in the legend with the reason
+            reason = ""
+            if "error" in rows.columns:
+                reason = next((str(e) for e in rows["error"] if isinstance(e, str) and e), "")
+                reason = reason.split(": ", 1)[-1].split(";")[0][:70]
+            name = f"{backend}: cannot run" + (f" ({reason})" if reason else "")
+        else:
+            missing = [int(n) for n, v in zip(rows["n"], y, strict=True) if v is None]
+            if missing:
+                name = f"{backend} (cannot run from n = {min(missing):,})" if min(missing) > min(ns) else \
+                    f"{backend} (cannot run at some n)"
         fig.add_trace(go.Scatter(
-            x=list(rows["n"].astype(int)), y=y, mode="lines+markers", name=str(backend),
-            line={"color": BACKEND_COLORS.get(str(backend))}, connectgaps=False,
+            x=list(rows["n"].astype(int)), y=y, mode="lines+markers", name=name,
+            line={"color": BACKEND_COLORS.get(str(backend)), "dash": BACKEND_DASHES.get(str(backend), "solid")},
+            marker={"symbol": BACKEND_MARKERS.get(str(backend), "circle"), "size": 7}, connectgaps=False,
+            visible=True if any(v is not None for v in y) else "legendonly",
             hovertemplate=f"{backend}<br>n = %{{x:,}}<br>{_HOVER_GIB}<extra></extra>"))
     if ns:
         cap = capacity_bytes / GIB
@@ -58,8 +103,14 @@ def memory_vs_n(sweep: pd.DataFrame, *, capacity_bytes: int, capacity_label: str
             fig.add_trace(go.Scatter(
                 x=[current_n, current_n], y=[min(shown), max(shown)], mode="lines", name=f"your n = {current_n:,}",
                 line={"color": "grey", "dash": "dot"}, hoverinfo="skip"))
-    fig.update_xaxes(type="log", title_text="sequence length n (tokens)")
-    fig.update_yaxes(type="log", title_text="memory (GiB)")
+    x_ticks, x_text = _n_ticks(ns) if ns else ([], [])
+    fig.update_xaxes(type="log", title_text="sequence length n (tokens)", tickvals=x_ticks, ticktext=x_text)
+    shown = [v for trace in fig.data for v in (trace.y or ()) if v is not None and v > 0]
+    if shown:
+        y_ticks, y_text = _gib_ticks(shown)
+        fig.update_yaxes(type="log", title_text="memory per GPU (GiB)", tickvals=y_ticks, ticktext=y_text)
+    else:
+        fig.update_yaxes(type="log", title_text="memory per GPU (GiB)")
     fig.update_layout(title=title, legend_title_text="backend", hovermode="closest",
                       margin={"l": 10, "r": 10, "t": 50, "b": 10})
     return fig

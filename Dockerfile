@@ -4,6 +4,9 @@
 #   docker run --rm -p 8501:8501 attention-planner            # CPU
 #   docker run --rm --gpus all -p 8501:8501 attention-planner:cuda
 # The torch wheels bundle the CUDA runtime; the host needs only the NVIDIA driver and container toolkit.
+# .streamlit/config.toml binds to localhost; the container listens on 0.0.0.0 explicitly (CMD below), and GPU jobs
+# from the Validate page stay off there unless PLANNER_ENABLE_GPU_JOBS=true (see docs/app.md).
+# Linted in CI (hadolint, from requirements-dev.txt); the image itself cannot be built in this environment.
 ARG PYTHON_IMAGE=python:3.11-slim
 FROM ${PYTHON_IMAGE}
 
@@ -21,10 +24,10 @@ RUN pip install --index-url "https://download.pytorch.org/whl/${TORCH_VARIANT}" 
 
 RUN useradd --create-home --uid 10001 app
 COPY --chown=app:app . .
-USER app
+USER 10001
 
 EXPOSE 8501
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
-  CMD python -c "import urllib.request, sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8501/_stcore/health', timeout=4).status != 200)"
+  CMD ["python", "-c", "import urllib.request, sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8501/_stcore/health', timeout=4).status != 200)"]
 
 CMD ["streamlit", "run", "app.py", "--server.address=0.0.0.0", "--server.port=8501"]

@@ -33,7 +33,8 @@ CUBLAS_WORKSPACE_BYTES = 32 * 2**20
 # heldout3,heldout4,nsweep}.csv (122 to 351 calls each), rounded outward to 0.5%. Below 64 MiB the error is
 # absolute: within ERROR_FLOOR_BYTES for 1,089 of 1,091 such calls (99th percentile 0.97 MiB, worst 2.96 MiB).
 ERROR_BANDS = {"math": (-0.01, 0.02), "flash": (-0.005, 0.005), "efficient": (-0.005, 0.015),
-               "cudnn": (-0.01, 0.015), "eager": (-0.015, 0.015)}
+               "cudnn": (-0.01, 0.015), "eager": (-0.015, 0.015),
+               "flex": (-0.05, 0.05)}  # flex: from the whole-model flex rows (h200_hf_windows_b.csv), wider
 ERROR_FLOOR_BYTES = 2 * 2**20
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class CallEstimate:
 
 
 TIMELINES = {"math": memory.math_timeline, "efficient": memory.efficient_timeline,
-             "cudnn": memory.cudnn_timeline, "eager": memory.eager_timeline}
+             "cudnn": memory.cudnn_timeline, "eager": memory.eager_timeline, "flex": memory.flex_timeline}
 
 
 def backend_timeline(c: Calls, backend: str, gpu: GPU):
@@ -76,7 +77,7 @@ def peaks_for(c: Calls, selected, gpu: GPU) -> tuple[np.ndarray, np.ndarray]:
         return t.peak, t.marks["forward"]
     peak = np.zeros(selected.shape, dtype=np.int64)
     retained = np.zeros(selected.shape, dtype=np.int64)
-    for name in ("math", "flash", "efficient", "cudnn", "eager"):
+    for name in ("math", "flash", "efficient", "cudnn", "eager", "flex"):
         rows = selected == name
         if rows.any():
             t = backend_timeline(c.take(rows), name, gpu)
@@ -85,16 +86,42 @@ def peaks_for(c: Calls, selected, gpu: GPU) -> tuple[np.ndarray, np.ndarray]:
     return peak, retained
 
 
+# Replay verdicts by (backend, GPU, call), so that a table that repeats shapes replays each once; bounded.
+_REPLAY_MEMO: dict[tuple, bool] = {}
+REPLAY_MEMO_SIZE = 1 << 16
+
+
 def replay_fits_rows(c: Calls, backend: str, gpu: GPU) -> np.ndarray:
     """Each call of a column set, all on `backend`, through the caching-allocator replay: inputs, then the
-    warm-up and the measured call, with cuBLAS workspaces on the math and eager paths."""
-    timeline = backend_timeline(c, backend, gpu)
-    grads = np.atleast_1d(c.grad)
-    out = np.zeros(len(grads), dtype=bool)
-    for row in range(len(grads)):
-        workspaces = [CUBLAS_WORKSPACE_BYTES] * ((2 if grads[row] else 1) if backend in ("math", "eager") else 0)
-        out[row] = replay_fits(c.input_events(row), timeline.events_for(row),
-                               gpu.memory_bytes - CUDA_CONTEXT_BYTES, workspaces)
+    warm-up and the measured call, with cuBLAS workspaces on the math and eager paths. Repeated calls (same
+    fields, backend and GPU) are replayed once (memoised: the replay is a pure function of them)."""
+    fields = list(c.__dataclass_fields__)
+    n = len(np.atleast_1d(c.grad))
+    columns = [np.broadcast_to(np.atleast_1d(getattr(c, f)), (n,)) for f in fields]
+    gpu_key = (backend, gpu.name, gpu.memory_bytes, gpu.sm_count)
+    keys = [(gpu_key, *(col[row].item() for col in columns)) for row in range(n)]
+    out = np.zeros(n, dtype=bool)
+    todo: dict[tuple, list[int]] = {}
+    for row, key in enumerate(keys):
+        hit = _REPLAY_MEMO.get(key)
+        if hit is None:
+            todo.setdefault(key, []).append(row)
+        else:
+            out[row] = hit
+    if not todo:
+        return out
+    firsts = np.array([rows[0] for rows in todo.values()])
+    sub = c.take(firsts)
+    timeline = backend_timeline(sub, backend, gpu)
+    grads = np.atleast_1d(sub.grad)
+    if len(_REPLAY_MEMO) + len(todo) > REPLAY_MEMO_SIZE:
+        _REPLAY_MEMO.clear()
+    for i, (key, rows) in enumerate(todo.items()):
+        workspaces = [CUBLAS_WORKSPACE_BYTES] * ((2 if grads[i] else 1) if backend in ("math", "eager") else 0)
+        verdict = replay_fits(sub.input_events(i), timeline.events_for(i), gpu.memory_bytes - CUDA_CONTEXT_BYTES,
+                              workspaces)
+        _REPLAY_MEMO[key] = verdict
+        out[rows] = verdict
     return out
 
 
@@ -109,7 +136,7 @@ def estimate_columns(c: Calls, requested, gpu: GPU, torch_version: str = backend
         supported = supported | ((selected == name) & can)
     selected = np.where(supported, selected, "none")
     peak, retained = peaks_for(c, selected, gpu)
-    inputs = c.input_bytes()
+    inputs = c.input_bytes(selected)
     cublas = np.where(np.isin(selected, ("math", "eager")), CUBLAS_WORKSPACE_BYTES * np.where(c.grad, 2, 1), 0)
     available = gpu.memory_bytes - CUDA_CONTEXT_BYTES
     need = inputs + peak + cublas

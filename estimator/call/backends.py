@@ -66,8 +66,19 @@ def _checks(c: Calls, sm: int, torch_version: str) -> dict[str, list[tuple[np.nd
         (c.S == 1, "kv_len == 1"),
         (c.has_dropout & (c.L == 1), "dropout with q_len == 1"),
     ]
+    # flex_attention (torch/nn/attention/flex_attention.py, compiled to Triton kernels): masks are a mask_mod
+    # turned into a BlockMask, so a dense mask tensor has no place; no dropout argument; tl.dot needs 16+ wide
+    # operands; Triton's bf16 needs sm80.
+    flex = [
+        (c.mask_float | (c.mask_bool & ~c.structured),
+         "a dense attn_mask tensor (flex_attention takes a mask_mod/BlockMask: use mask window:W or document:K)"),
+        (c.has_dropout, "dropout (flex_attention has no dropout)"),
+        (np.bool_(sm < 75), f"needs Triton on compute capability 7.5+ (this GPU is sm{sm})"),
+        (c.bf16 & np.bool_(sm < 80), f"bfloat16 needs compute capability 8.0+ (this GPU is sm{sm})"),
+        (c.D < 16, "head_dim below 16"),
+    ]
     return {"flash": flash, "efficient": efficient, "cudnn": cudnn,
-            "math": [(both, both_reason)]}
+            "math": [(both, both_reason)], "flex": flex}
 
 
 def eligibility(c: Calls, sm: int, torch_version: str = DEFAULT_TORCH) -> dict[str, np.ndarray]:

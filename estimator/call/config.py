@@ -12,9 +12,10 @@ DTYPE_BITS: dict[str, int] = {"float16": 16, "bfloat16": 16, "float32": 32}
 KV_DTYPE_BITS: dict[str, int] = {**DTYPE_BITS, "float8": 8, "int8": 8, "int4": 4}
 DTYPE_ALIASES = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32", "float": "float32"}
 
-BACKENDS = ("auto", "math", "flash", "efficient", "cudnn", "eager")
+BACKENDS = ("auto", "math", "flash", "efficient", "cudnn", "eager", "flex")
 SDPA_BACKENDS = ("cudnn", "flash", "efficient", "math")  # what `auto` chooses among
-MASKS = ("none", "bool", "float")
+MASKS = ("none", "bool", "float")  # dense masks; structured masks are spelled window:W and document:K
+STRUCTURED_MASKS = ("window", "document")
 MODES = ("forward", "forward_backward")
 
 # Sizes past these are not attention calls anyone can run on one device; they are typos.
@@ -33,6 +34,27 @@ def normalize_dtype(value: str, *, field: str = "dtype", allowed: dict[str, int]
     if name not in allowed:
         raise ValueError(f"{field}: unknown dtype {value!r}; expected one of {', '.join(allowed)}")
     return name
+
+
+def parse_mask(value) -> tuple[str, int, int]:
+    """A mask cell -> (kind, window, documents). `none`, `bool`, `float`: a dense (batch, 1, q_len, kv_len) mask
+    tensor (or none). `window:W`: a sliding window of W keys (with causal=1, query i sees keys i-W+1..i);
+    `document:K`: K packed documents of equal length, attention only inside each (with causal=1, causal within
+    it). SDPA and eager get these as the dense bool mask they imply; flex builds a BlockMask and computes only
+    the blocks it keeps."""
+    text = str(value).strip().lower()
+    if text in MASKS:
+        return text, 0, 1
+    kind, sep, number = text.partition(":")
+    if sep and kind in STRUCTURED_MASKS:
+        try:
+            count = int(number)
+        except ValueError:
+            count = 0
+        if 1 <= count <= MAX_SEQ_LEN:
+            return kind, (count if kind == "window" else 0), (count if kind == "document" else 1)
+    raise ValueError(f"mask: unknown value {value!r}; expected none, bool, float, window:W or document:K "
+                     "(W, K positive integers)")
 
 
 def element_bytes(dtype: str) -> int:
@@ -80,7 +102,7 @@ class AttentionCall:
     kv_len: int
     dtype: str = "bfloat16"
     causal: bool = False
-    mask: str = "none"  # none | bool | float: a dense (batch, 1, q_len, kv_len) mask
+    mask: str = "none"  # none | bool | float (a dense (batch, 1, q_len, kv_len) mask) | window:W | document:K
     dropout: float = 0.0
     mode: str = "forward"  # forward (no grad) | forward_backward (the call, then out.backward)
     backend: str = "auto"
@@ -97,7 +119,9 @@ class AttentionCall:
         object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
         if not isinstance(self.causal, bool):
             object.__setattr__(self, "causal", parse_bool("causal", self.causal))
-        for field, allowed in (("mask", MASKS), ("mode", MODES), ("backend", BACKENDS)):
+        kind, window, documents = parse_mask(self.mask)
+        object.__setattr__(self, "mask", kind if kind in MASKS else f"{kind}:{max(window, documents)}")
+        for field, allowed in (("mode", MODES), ("backend", BACKENDS)):
             value = str(getattr(self, field)).strip().lower()
             if value not in allowed:
                 raise ValueError(f"{field}: unknown value {getattr(self, field)!r}; "

@@ -36,7 +36,7 @@ def exact_product(*factors):
 def counted_flops(c: Calls, backend):
     """FlopCounterMode's total for the call (forward, plus backward in forward_backward mode)."""
     d_eff = np.where(backend == "flash", round_up(c.D, 8), c.D)
-    fused = np.isin(backend, ("flash", "efficient", "cudnn"))
+    fused = np.isin(backend, ("flash", "efficient", "cudnn", "flex"))
     per_score = 4 * d_eff + np.where(c.grad, np.where(fused, 10 * d_eff, 8 * c.D), 0)
     per_score = np.where(backend == "none", 0, per_score)
     return exact_product(c.B, c.Hq, c.L, c.S, per_score)
@@ -48,9 +48,26 @@ def causal_fraction(c: Calls):
     return np.where(c.causal & (c.L == c.S), (n + 1) / (2.0 * n), 1.0)
 
 
+def block_fraction(c: Calls):
+    """Share of the (128 x 128)-element blocks a flex_attention BlockMask keeps (partial blocks included):
+    causal (n+1)/(2n); a window of W keys ~ (ceil(W/128) + 1) kv blocks per query block (2·ceil(W/128) + 1
+    without causal); K equal documents, causal or not within each. torch's _DEFAULT_SPARSE_BLOCK_SIZE = 128."""
+    nq, nk = cdiv(c.L, CAUSAL_TILE), cdiv(c.S, CAUSAL_TILE)
+    total = (nq * nk).astype(np.float64) if hasattr(nq * nk, "astype") else float(nq * nk)
+    causal = c.causal | c.scausal
+    full = np.where(causal & (c.L == c.S), (nq + 1) / (2.0 * nq), 1.0)
+    wb = cdiv(np.maximum(c.W, 1), CAUSAL_TILE)
+    window = np.minimum(np.where(c.scausal, wb + 1, 2 * wb + 1), nk) / nk
+    docs = np.maximum(c.docs, 1)
+    db = cdiv(cdiv(c.L, docs), CAUSAL_TILE) + 1  # blocks one document touches (one boundary block shared)
+    doc = np.minimum(docs * np.where(c.scausal, db * (db + 1) / 2.0, db * db) / total, 1.0)
+    return np.where(c.W > 0, np.minimum(window, full), np.where(c.docs > 1, doc, full))
+
+
 def executed_flops(c: Calls, backend):
     """FLOPs the GPU really performs (float64, an estimate): like the counter, but fused kernels skip
-    masked causal tiles."""
+    masked causal tiles, and flex every block its BlockMask leaves out."""
     counted = np.asarray(counted_flops(c, backend), dtype=np.float64)
     fused = np.isin(backend, ("flash", "efficient", "cudnn"))
-    return np.where(fused, counted * causal_fraction(c), counted)
+    return np.where(backend == "flex", counted * block_fraction(c),
+                    np.where(fused, counted * causal_fraction(c), counted))

@@ -175,6 +175,28 @@ def eager_timeline(c: Calls, inplace_fill: bool = False) -> Timeline:
     return t
 
 
+def flex_timeline(c: Calls) -> Timeline:
+    """flex_attention compiled (torch/_higher_order_ops/flex_attention.py; the Triton template in
+    torch/_inductor/kernel/flex/): the forward writes out and its logsumexp (fp32), saved for backward; the
+    backward computes delta = rowsum(out · grad_out) (fp32), then dq, dk, dv in the input dtype, dk and dv per kv
+    head (GQA inside the kernel, no expanded copies). The BlockMask is an input (built before the call)."""
+    t, g = Timeline(), c.grad
+    P, Q, K, KE = _sizes(c)
+    lse = c.B * c.Hq * c.L * 4
+    t.alloc("out", Q)
+    t.alloc("lse", lse)
+    t.free_if(~g, "lse")
+    t.mark("forward")
+    if not np.any(g):
+        return t
+    t.alloc("delta", lse, g)
+    t.alloc("dq", Q, g)
+    t.alloc("dk", K, g)
+    t.alloc("dv", K, g)
+    t.free("delta")
+    return t
+
+
 def flash_num_splits(c: Calls, heads, q_len, head_dim, sm_count):
     """FA2's split-KV heuristic (flash_api.cpp: set_params_splitkv / num_splits_heuristic), vectorized.
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from estimator.call.config import DTYPE_BITS, AttentionCall
+from estimator.call.config import DTYPE_BITS, STRUCTURED_MASKS, AttentionCall, parse_mask
 
 ALLOC_GRANULE_BYTES = 512  # CUDA caching allocator: every block rounded up to 512 B (c10 kMinBlockSize)
 # c10/cuda/CUDACachingAllocator.cpp: a request of at least kMinLargeAlloc (10 MiB) gets a segment rounded up
@@ -55,10 +55,23 @@ class Calls:
     mask_float: np.ndarray
     dropout: np.ndarray
     grad: np.ndarray
+    # structured masks (parse_mask): a sliding window of W keys (0: none), `docs` packed documents, and whether the
+    # structure is causal. Such a call also has mask_bool set and causal cleared: the dense bool mask SDPA and
+    # eager receive (causality folded into it); flex reads W, docs and scausal instead.
+    W: np.ndarray = np.int64(0)
+    docs: np.ndarray = np.int64(1)
+    scausal: np.ndarray = np.bool_(False)
 
     def take(self, index) -> Calls:
         """The calls at `index` (a bool mask or integer positions), as a new column set."""
-        return Calls(**{f: np.atleast_1d(getattr(self, f))[index] for f in self.__dataclass_fields__})
+        shape = np.shape(np.atleast_1d(self.B))
+        return Calls(**{f: np.broadcast_to(np.atleast_1d(getattr(self, f)), shape)[index]
+                        for f in self.__dataclass_fields__})
+
+    @property
+    def structured(self):
+        """A window or document mask (rather than a dense mask tensor or none)."""
+        return (self.W > 0) | (self.docs > 1)
 
     @property
     def es(self):
@@ -81,12 +94,17 @@ class Calls:
     def has_dropout(self):
         return self.dropout > 0
 
-    def input_sizes(self) -> list:
-        """Requested bytes of q, k, v, the dense mask and grad_out (0 where absent), as contract §1 allocates them."""
+    def input_sizes(self, backend=None) -> list:
+        """Requested bytes of q, k, v, the mask and grad_out (0 where absent), as contract §1 allocates them. The
+        mask is the dense (batch, 1, q_len, kv_len) tensor, except for flex, which gets a BlockMask: kv and q
+        block counts and indices, partial and full (4 int32 (batch, q_blocks, kv_blocks) index tensors)."""
         q = self.B * self.Hq * self.L * self.D * self.es
         kv = self.B * self.Hk * self.S * self.D * self.es
         mask_elems = self.B * self.L * self.S
         mask = np.where(self.mask_bool, mask_elems, np.where(self.mask_float, mask_elems * self.es, 0))
+        if backend is not None:
+            blocks = self.B * cdiv(self.L, 128) * cdiv(self.S, 128)
+            mask = np.where(np.asarray(backend) == "flex", 4 * 4 * blocks, mask)
         return [q, kv, kv, mask, np.where(self.grad, q, 0)]
 
     def input_events(self, row: int = 0) -> list[tuple[str, str, int]]:
@@ -99,18 +117,21 @@ class Calls:
                 ("alloc", "rand", mask * 4 if bool_mask else 0), ("alloc", "mask", mask),
                 ("free", "rand", True), ("alloc", "grad_out", grad_out)]
 
-    def input_bytes(self):
+    def input_bytes(self, backend=None):
         """What the inputs occupy in the caching allocator's blocks."""
-        return sum(block_bytes(np.asarray(n, dtype=np.int64)) for n in self.input_sizes())
+        return sum(block_bytes(np.asarray(n, dtype=np.int64)) for n in self.input_sizes(backend))
 
     @classmethod
     def from_call(cls, call: AttentionCall) -> Calls:
         i = np.int64
+        kind, window, documents = parse_mask(call.mask)
+        structured = kind in STRUCTURED_MASKS
         return cls(B=i(call.batch), Hq=i(call.q_heads), Hk=i(call.kv_heads), D=i(call.head_dim), L=i(call.q_len),
                    S=i(call.kv_len), bits=i(DTYPE_BITS[call.dtype]),
-                   bf16=np.bool_(call.dtype == "bfloat16"), causal=np.bool_(call.causal),
-                   mask_bool=np.bool_(call.mask == "bool"), mask_float=np.bool_(call.mask == "float"),
-                   dropout=np.float64(call.dropout), grad=np.bool_(call.training))
+                   bf16=np.bool_(call.dtype == "bfloat16"), causal=np.bool_(call.causal and not structured),
+                   mask_bool=np.bool_(kind == "bool" or structured), mask_float=np.bool_(kind == "float"),
+                   dropout=np.float64(call.dropout), grad=np.bool_(call.training), W=i(window), docs=i(documents),
+                   scausal=np.bool_(call.causal and structured))
 
 
 class Timeline:

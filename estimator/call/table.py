@@ -14,15 +14,14 @@ from estimator.call.config import (
     CALL_COLUMNS,
     DTYPE_ALIASES,
     DTYPE_BITS,
-    MASKS,
     MAX_ELEMENTS,
     MODES,
     SIZE_LIMITS,
+    STRUCTURED_MASKS,
+    parse_mask,
 )
 from estimator.call.shapes import Calls
 from estimator.hardware import get_gpu
-
-ROW_ERROR = "__row_error__"  # set by read_csv_text on rows the CSV itself garbled
 
 INT_FIELDS = SIZE_LIMITS
 REQUIRED = CALL_COLUMNS
@@ -55,13 +54,22 @@ def _text(df: pd.DataFrame, col: str) -> np.ndarray:
     return df[col].astype(str).str.strip().str.lower().to_numpy(dtype=object)
 
 
+def check_columns(columns) -> None:
+    """ValueError (one line) for a header that lacks a call column or names one twice."""
+    columns = list(columns)
+    dupes = sorted({c for c in columns if columns.count(c) > 1})
+    if dupes:
+        raise ValueError(f"input CSV: duplicate column name(s) {', '.join(map(str, dupes))}")
+    missing = [c for c in REQUIRED if c not in columns]
+    if missing:
+        raise ValueError(f"input CSV: missing column(s) {', '.join(missing)}")
+
+
 def calls_from_frame(df: pd.DataFrame) -> tuple[Calls, np.ndarray, np.ndarray]:
     """Columns → (Calls, backend column, error messages). Bad rows get placeholder sizes of 1."""
     n = len(df)
     errors = _Errors(n)
-    missing = [c for c in REQUIRED if c not in df.columns]
-    if missing:
-        raise ValueError(f"input CSV: missing column(s) {', '.join(missing)}")
+    check_columns(df.columns)
     ints = {}
     for field, limit in INT_FIELDS.items():
         raw = _numeric(df[field])
@@ -85,7 +93,17 @@ def calls_from_frame(df: pd.DataFrame) -> tuple[Calls, np.ndarray, np.ndarray]:
     errors.add(~_isin(backend, BACKENDS), f"backend: unknown; expected one of {', '.join(BACKENDS)}")
     mask = _text(df, "mask")
     mask = np.where(_isin(mask, ("", "nan")), "none", mask)
-    errors.add(~_isin(mask, MASKS), f"mask: unknown; expected one of {', '.join(MASKS)}")
+    parsed = {}
+    for text in set(mask.tolist()):  # few distinct spellings: parse each once
+        try:
+            parsed[text] = parse_mask(text)
+        except ValueError:
+            parsed[text] = ("?", 0, 1)
+    kind = np.array([parsed[t][0] for t in mask], dtype=object) if len(mask) else mask
+    window = np.array([parsed[t][1] for t in mask], dtype=np.int64) if len(mask) else np.zeros(0, np.int64)
+    documents = np.array([parsed[t][2] for t in mask], dtype=np.int64) if len(mask) else np.ones(0, np.int64)
+    errors.add(kind == "?", "mask: unknown; expected none, bool, float, window:W or document:K")
+    structured = _isin(kind, STRUCTURED_MASKS)
     mode = _text(df, "mode")
     errors.add(~_isin(mode, MODES), f"mode: unknown; expected one of {', '.join(MODES)}")
     causal_txt = _text(df, "causal")
@@ -96,14 +114,18 @@ def calls_from_frame(df: pd.DataFrame) -> tuple[Calls, np.ndarray, np.ndarray]:
     bits = np.where(dtype == "float32", 32, 16).astype(np.int64)
     c = Calls(B=ints["batch"], Hq=ints["q_heads"], Hk=ints["kv_heads"], D=ints["head_dim"], L=ints["q_len"],
               S=ints["kv_len"], bits=bits, bf16=dtype == "bfloat16",
-              causal=_isin(causal_txt, ("1", "1.0", "true")), mask_bool=mask == "bool",
-              mask_float=mask == "float", dropout=np.nan_to_num(dropout), grad=mode == "forward_backward")
+              causal=_isin(causal_txt, ("1", "1.0", "true")) & ~structured, mask_bool=(kind == "bool") | structured,
+              mask_float=kind == "float", dropout=np.nan_to_num(dropout), grad=mode == "forward_backward",
+              W=window, docs=documents, scausal=_isin(causal_txt, ("1", "1.0", "true")) & structured)
     return c, backend, errors.msg
 
 
-def predict_frame(df: pd.DataFrame, gpu: str, torch_version: str = backends.DEFAULT_TORCH) -> pd.DataFrame:
+def predict_frame(df: pd.DataFrame, gpu: str, torch_version: str = backends.DEFAULT_TORCH, *,
+                  row_errors=None) -> pd.DataFrame:
     """Contract §2: every input column plus supported, selected_backend, peak_extra_bytes, fits, flops,
-    time_ms (and error for malformed rows)."""
+    time_ms (and error for malformed rows). `row_errors`: one message per row ('' for none) that the reader
+    found (wrong field count, bad bytes); it takes precedence over the column checks. Unsupported calls have
+    empty peak, flops and time (no call runs)."""
     device = get_gpu(gpu)
     torch_version = backends.check_torch_version(torch_version)
     out = df.copy()
@@ -112,10 +134,9 @@ def predict_frame(df: pd.DataFrame, gpu: str, torch_version: str = backends.DEFA
             out[col] = pd.Series(dtype=object)
         return out
     c, backend, errors = calls_from_frame(df)
-    if ROW_ERROR in df.columns:
-        garbled = df[ROW_ERROR].to_numpy(dtype=object)
+    if row_errors is not None:
+        garbled = np.asarray(row_errors, dtype=object)
         errors = np.where(garbled != "", garbled, errors)
-        out = out.drop(columns=[ROW_ERROR])
     cols = estimate_columns(c, np.where(errors == "", backend, "math"), device, torch_version)
     bad = errors != ""
     sup = cols["supported"] & ~bad
@@ -130,10 +151,10 @@ def predict_frame(df: pd.DataFrame, gpu: str, torch_version: str = backends.DEFA
     out["fits"] = masked(np.where(cols["fits"], "true", "false"), ~bad)
     flops = np.asarray(cols["flops"])
     if flops.dtype == object:  # beyond int64: exact Python ints, written as text
-        out["flops"] = pd.array(np.where(bad, None, flops.astype(str)), dtype=object)
+        out["flops"] = pd.array(np.where(sup, flops.astype(str), None), dtype=object)
     else:
         out["flops"] = pd.array(flops, dtype="Int64")
-        out.loc[bad, "flops"] = pd.NA
+        out.loc[~sup, "flops"] = pd.NA
     out["time_ms"] = np.where(sup, np.round(cols["time_ms"], 4), np.nan)
     if bad.any() or "error" in out.columns:
         out["error"] = errors

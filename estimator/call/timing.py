@@ -28,6 +28,10 @@ FIT_FACTORS = {
     ("flash", False): (0.357, 0.621, 0.087), ("flash", True): (0.350, 2.135, 0.383),
     ("math", False): (0.877, 0.419, 0.258), ("math", True): (0.895, 1.030, 0.944),
 }
+# flex (not in the single-call fit): flash's factors at 85% of its FLOP rate, the share of FA2's throughput the
+# FlexAttention paper reports (Dong et al. 2024, arXiv:2412.05496 §5), and a compiled graph's launch overhead.
+FIT_FACTORS[("flex", False)] = (0.357 * 0.85, 0.621, 0.087)
+FIT_FACTORS[("flex", True)] = (0.350 * 0.85, 2.135, 0.383)
 
 
 def hbm_bytes(c: Calls, backend):

@@ -21,6 +21,7 @@ from estimator.call.config import (
     normalize_dtype,
     parse_bool,
 )
+from estimator.call.shapes import cdiv
 from estimator.hardware import GPU, get_gpu
 from estimator.model.recipes import DEFAULT_PRECISION, OPTIMIZERS, PRECISIONS, Precision
 from estimator.model.specs import KV_LAYOUTS, ModelSpec
@@ -218,6 +219,8 @@ def dense_mask(inputs: PlanInputs, window: int | None) -> bool:
     nothing through SDPA or eager: every query still computes seq_len keys."""
     if inputs.backend == "eager":
         return inputs.model.kind == "decoder"
+    if inputs.backend == "flex":  # a BlockMask from the mask_mod (transformers 5.17 masking_utils.flex_attention_mask)
+        return False
     return window is not None and inputs.seq_len >= window
 
 
@@ -235,7 +238,11 @@ def attention_layers(inputs: PlanInputs) -> list[LayerAttention]:
         masked = dense_mask(inputs, window)
         mask_bytes = kv_repeat = 0
         whole = dict(q_len=n, kv_len=span, causal=m.kind == "decoder" and span == n)
-        if masked and inputs.backend == "eager":
+        if inputs.backend == "flex":  # one BlockMask per kind of layer; only the blocks it keeps are computed
+            whole = dict(q_len=n, kv_len=n, causal=m.kind == "decoder",
+                         mask="none" if window is None or window >= n else f"window:{window}")
+            mask_bytes = 16 * b * cdiv(n, 128) ** 2  # 4 int32 (b, 1, n/128, n/128) index tensors
+        elif masked and inputs.backend == "eager":
             whole = dict(q_len=n, kv_len=n, causal=m.kind == "decoder")
             mask_bytes = b * n * n * es  # torch.where(bool mask, 0, finfo.min) in the model dtype
         elif masked:

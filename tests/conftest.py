@@ -49,7 +49,8 @@ def reasons_for(call, gpu) -> dict[str, tuple[str, ...]]:
         cudnn.append("head_dim")
     if call.kv_heads != call.q_heads:
         eff.append("GQA")
-    return {"cudnn": tuple(cudnn), "flash": tuple(flash), "efficient": tuple(eff), "math": ()}
+    flex = ("dense attn_mask",) if call.mask in ("bool", "float") else ()
+    return {"cudnn": tuple(cudnn), "flash": tuple(flash), "efficient": tuple(eff), "math": (), "flex": flex}
 
 
 def fake_estimate(call, gpu, torch_version=DEFAULT_TORCH):

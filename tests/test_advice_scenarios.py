@@ -154,7 +154,8 @@ def test_old_gpu_reason():
 def test_no_window_advice_for_a_model_already_windowed():
     ids, _ = run("--preset mistral-7b --seq-len 1048576 --gpu h100-sxm")  # every layer has a 4096 window
     assert "fits" not in ids and "window-attention" not in ids
+    assert "flex-window" in ids  # its window runs through SDPA as a dense mask
     before(ids, ("reduce-seq-len", "context-parallel"))
     ids, found = run("--preset llama-2-7b --seq-len 524288 --gpu h100-sxm")  # global attention: 256 GiB of KV
     before(ids, ("kv-cache-quantization", "gqa"), ("gqa", "window-attention"), ("window-attention", "reduce-seq-len"))
-    assert dict(found["window-attention"].change) == {"window": 4096}
+    assert dict(found["window-attention"].change) == {"window": 4096, "backend": "flex"}

@@ -14,9 +14,11 @@ PyTorch 2.11 (docs/sdpa-internals.md); where the usual advice is out of date the
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from estimator.advice.core import (
     ATTENTION_BOTTLENECK_SHARE,
+    EXPERTS_DOMINATE_SHARE,
     KV_DOMINATES_SHARE,
     KV_QUANT_DTYPE,
     KV_SEQUENCE_SHARE,
@@ -30,6 +32,7 @@ from estimator.advice.kernel_rules import eager_forward_peak_bytes, rule_eager, 
 
 __all__ = ["Advice", "advise", "eager_forward_peak_bytes", "ms"]
 from estimator.advice.tree import ADVICE_ORDER
+from estimator.advice.window_rules import RULES as WINDOW_RULES
 from estimator.call.backends import DEFAULT_TORCH
 from estimator.call.config import KV_DTYPE_BITS
 from estimator.units import gib
@@ -148,6 +151,7 @@ def rule_over_budget(ctx: _Context) -> list[Advice]:
                    if ctx.training else ""),
                 f"Heads, FFN and vocabulary split {tp} ways (tp={tp} on {gpus} GPUs).", after, tp=tp, gpus=gpus))
             ctx.sharded = {"tp": tp, "gpus": gpus}
+    out.extend(_expert_parallel(ctx, why_over, state))
     if inputs.batch_per_gpu > 1 and state <= capacity:
         batch, after = _solved(ctx, "batch", "max_batch", dp, inputs.batch - 1)
         if batch is not None:
@@ -210,14 +214,19 @@ def _sequence_rules(ctx: _Context, why_over: str, best: dict) -> list[Advice]:
     windows = inputs.windows
     span = inputs.seq_len if None in windows else min(inputs.seq_len, max(windows))  # widest attention now
     window = min(4096, 1 << max(6, (inputs.seq_len // 4).bit_length() - 1))
-    after = ctx.plan(window=window) if window < span else None
+    # a window saves memory and FLOPs only through a kernel that skips masked blocks: through SDPA or eager it is a
+    # dense mask (see window_rules.py), so the effect is priced through flex
+    after = ctx.plan(window=window, backend="flex") if window < span else None
     if after is not None:
         now = "global attention" if span == inputs.seq_len else f"a widest window of {span:,}"
         out.append(_plan_advice(
-            ctx, "window-attention", f"Window attention ({window:,} tokens)",
-            why + " A window of w tokens makes attention O(n·w) instead of O(n²) (Swin, Mistral) and bounds the "
-                  "KV cache; it changes the model (fine-tune).",
-            f"{now} → a window of {window:,} on every layer.", after, window=window))
+            ctx, "window-attention", f"Window attention ({window:,} tokens) through FlexAttention",
+            why + " A window of w tokens makes attention O(n·w) instead of O(n²) (Swin, Mistral) and, once decoding, "
+                  "bounds the KV cache; it changes the model (fine-tune). It pays off only through a kernel that "
+                  "skips masked blocks (flex_attention with a BlockMask, or flash-attn's window_size): through "
+                  "SDPA or eager a window is a dense mask and saves nothing.",
+            f"{now} → a window of {window:,} on every layer, run through flex.", after, window=window,
+            backend="flex"))
     seq, after = _solved(ctx, "seq_len", "max_seq_len", inputs.cp, inputs.seq_len - 1)
     if seq is not None:
         shorter = ("fewer patches (patch merging, a larger patch, a lower resolution)"
@@ -233,6 +242,37 @@ def _sequence_rules(ctx: _Context, why_over: str, best: dict) -> list[Advice]:
                   "GPUs; it composes with flash/cuDNN.",
             f"cp {inputs.cp} → {cp} on {gpus} GPUs.", after, cp=cp, gpus=gpus))
     return out
+
+
+def _expert_parallel(ctx: _Context, why_over: str, state: int) -> list[Advice]:
+    """Mixture of experts whose routed experts are most of the model state: expert parallelism, each GPU holding
+    experts/ep of every MoE layer (ModelSpec.params_per_gpu(tp, ep)); the effect is the plan re-run with the experts
+    split. The smallest ep of 2, 4, ... that divides the experts and fits, else the largest tried."""
+    inputs, m = ctx.inputs, ctx.inputs.model
+    if not m.experts or inputs.ep > 1 or m.expert_params < EXPERTS_DOMINATE_SHARE * m.params:
+        return []
+    choice = None
+    for ep in (2, 4, 8, 16, 32, 64):
+        if m.experts % ep:
+            break
+        gpus = math.lcm(inputs.gpus, ep)  # the same replicas, each expert set spread over ep GPUs
+        after = ctx.plan(solve=True, ep=ep, gpus=gpus)
+        if after is None:
+            continue
+        choice = (ep, gpus, after)
+        if after["fits"]:
+            break
+    if choice is None:
+        return []
+    ep, gpus, after = choice
+    share = m.expert_params / m.params
+    return [_plan_advice(
+        ctx, "moe-expert-parallel", f"Expert parallel over {ep} GPUs",
+        f"{why_over}; the routed experts are {share:.0%} of the {m.params:,} parameters (model state "
+        f"{gib(state)}), and each token runs only {m.experts_per_token} of {m.experts}: split the experts, not "
+        "every matrix (tokens are dispatched to the GPU holding their expert; all-to-all not modelled).",
+        f"Each GPU holds {m.experts // ep} of {m.experts} experts per MoE layer (ep={ep} on {gpus} GPUs).",
+        after, ep=ep, gpus=gpus)]
 
 
 def _kv_rules(ctx: _Context) -> list[Advice]:
@@ -260,7 +300,17 @@ def _kv_rules(ctx: _Context) -> list[Advice]:
                                   kv_dtype=KV_QUANT_DTYPE)
             out.append(_with_sharding(ctx, _with_decode(advice, base, after), kv_dtype=KV_QUANT_DTYPE))
     model = inputs.model
-    if model.kv_heads == model.q_heads and model.q_heads > 1:
+    if model.mla and inputs.kv_layout == "per-head":
+        after = ctx.plan(solve=True, kv_layout="latent")
+        if after is not None:
+            advice = _plan_advice(
+                ctx, "mla-latent-cache", "Cache MLA's latent, not per-head k and v",
+                why + f" The model uses latent attention: per token and layer it needs only c_kv + the rope key "
+                f"({model.kv_lora_rank + model.qk_rope_head_dim} elements) instead of {model.kv_heads} heads × "
+                f"({model.head_dim} + {model.v_head}) decompressed (as transformers 5.17, vLLM and SGLang cache it).",
+                "kv_layout per-head → latent.", after, kv_layout="latent")
+            out.append(_with_sharding(ctx, _with_decode(advice, base, after), kv_layout="latent"))
+    if model.kv_heads == model.q_heads and model.q_heads > 1 and not model.mla:
         group = next((g for g in (8, 4, 2) if model.q_heads % g == 0), 1)
         grouped_model = dataclasses.replace(model, kv_heads=model.q_heads // group, name=f"{model.name}-gqa{group}")
         after = ctx.plan(solve=True, model=grouped_model)
@@ -326,7 +376,7 @@ def rule_operate(ctx: _Context) -> list[Advice]:
     return out
 
 
-RULES = (rule_fits, rule_not_bottleneck, rule_eager, rule_fused, rule_over_budget, rule_operate)
+RULES = (rule_fits, rule_not_bottleneck, rule_eager, rule_fused, *WINDOW_RULES, rule_over_budget, rule_operate)
 
 
 def advise(inputs, *, mask: str = "none", cached_len: int = 0, make_plan=None, estimate_call=None,

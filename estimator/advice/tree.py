@@ -51,6 +51,10 @@ TREE = Node(
                     "eager", "Move to SDPA; until then, in inference only, fill the causal mask in place "
                              "(masked_fill_ breaks autograd).",
                     "eager-to-sdpa", "inplace-masked-fill")),
+                ("a sliding window runs through SDPA or eager (a dense mask: nothing saved)", _leaf(
+                    "window-kernel", "Run the window through a kernel that skips masked blocks: FlexAttention "
+                                     "(keep it compiled: past the recompile limit it runs unfused).",
+                    "flex-window", "flex-recompile")),
                 ("attention runs the math path (n² scores materialised), or flash cannot run", Node(
                     key="math",
                     text="Use a fused kernel. Why can't flash (or cuDNN/efficient) run now?",
@@ -83,17 +87,21 @@ TREE = Node(
                 ("model state (weights, gradients, optimizer) exceeds one GPU, or fills over half of it "
                  "while batch 1 is still over", _leaf(
                     "model-state", "Shard the weights: tensor parallel over more GPUs.", "tensor-parallel")),
+                ("routed experts hold most of the model state (mixture of experts)", _leaf(
+                    "experts", "Shard the experts: expert parallel (each GPU holds experts/ep of every MoE layer).",
+                    "moe-expert-parallel")),
                 ("fits at batch 1, not at this batch", _leaf("batch", "Reduce the batch first.", "reduce-batch")),
                 ("training activations", _leaf(
                     "activations", "Activation checkpointing where the activations are (FFN or attention); "
                                    "+20–30% step time.",
                     "activation-checkpointing")),
                 ("KV cache dominates decode (inference; advised even when it fits)", _leaf(
-                    "kv-cache", "Shrink the cache: fewer KV heads (GQA/MQA), a quantised KV cache.",
-                    "kv-cache-quantization", "gqa")),
+                    "kv-cache", "Shrink the cache: MLA's latent instead of per-head k, v; a quantised KV cache; "
+                              "fewer KV heads (GQA/MQA).",
+                    "mla-latent-cache", "kv-cache-quantization", "gqa")),
                 ("still over budget at batch 1", _leaf(
-                    "architecture", "Change the architecture: window attention O(n·w), a shorter n "
-                                    "(patch merging, sliding window).",
+                    "architecture", "Change the architecture: window attention O(n·w) through a kernel that "
+                                    "skips blocks (FlexAttention), a shorter n (patch merging).",
                     "window-attention", "reduce-seq-len")),
                 ("the sequence itself is beyond one GPU", _leaf(
                     "sequence", "Shard the sequence: context parallel (ring attention) over more GPUs.",

@@ -31,6 +31,7 @@ from estimator.advice.core import (
 from estimator.advice.kernel_rules import eager_forward_peak_bytes, rule_eager, rule_fused
 
 __all__ = ["Advice", "advise", "eager_forward_peak_bytes", "ms"]
+from estimator.advice.recipe_rules import RULES as RECIPE_RULES
 from estimator.advice.tree import ADVICE_ORDER
 from estimator.advice.window_rules import RULES as WINDOW_RULES
 from estimator.call.backends import DEFAULT_TORCH
@@ -376,7 +377,11 @@ def rule_operate(ctx: _Context) -> list[Advice]:
     return out
 
 
-RULES = (rule_fits, rule_not_bottleneck, rule_eager, rule_fused, *WINDOW_RULES, rule_over_budget, rule_operate)
+# advice whose purpose is to bring the total under the GPU's memory: dropped when its re-run frees nothing
+MEMORY_FIXES = ("tensor-parallel", "moe-expert-parallel", "reduce-batch", "activation-checkpointing",
+                "window-attention", "reduce-seq-len", "context-parallel", "precision", "optimizer")
+RULES = (rule_fits, rule_not_bottleneck, rule_eager, rule_fused, *WINDOW_RULES, rule_over_budget, *RECIPE_RULES,
+         rule_operate)
 
 
 def advise(inputs, *, mask: str = "none", cached_len: int = 0, make_plan=None, estimate_call=None,
@@ -397,6 +402,9 @@ def advise(inputs, *, mask: str = "none", cached_len: int = 0, make_plan=None, e
     found: dict[str, Advice] = {}
     for rule in RULES:
         for advice in rule(ctx):
+            if advice.id in MEMORY_FIXES and advice.bytes_after is not None and \
+                    advice.bytes_after >= advice.bytes_before:
+                continue  # offered to free memory, frees none here (e.g. the peak is the optimizer step)
             found.setdefault(advice.id, advice)
     if any(advice_id not in PASSIVE for advice_id in found):
         found["profile-first"] = profile_first(ctx)

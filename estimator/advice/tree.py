@@ -90,6 +90,10 @@ TREE = Node(
                 ("routed experts hold most of the model state (mixture of experts)", _leaf(
                     "experts", "Shard the experts: expert parallel (each GPU holds experts/ep of every MoE layer).",
                     "moe-expert-parallel")),
+                ("training: the precision recipe or the optimizer holds the bytes", _leaf(
+                    "recipe", "A leaner recipe: bf16-true instead of fp32 weights and moments (say the trade), "
+                              "fused or 8-bit AdamW.",
+                    "precision", "optimizer")),
                 ("fits at batch 1, not at this batch", _leaf("batch", "Reduce the batch first.", "reduce-batch")),
                 ("training activations", _leaf(
                     "activations", "Activation checkpointing where the activations are (FFN or attention); "

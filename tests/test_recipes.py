@@ -98,3 +98,16 @@ def test_json_echoes_the_recipe():
 
     out = make_plan(training("16-true", "sgd"), solve=False).to_dict()
     assert out["inputs"]["precision"] == "16-true" and out["inputs"]["optimizer"] == "sgd"
+
+
+def test_recipe_advice_computes_its_effect_and_names_the_trade():
+    from estimator.advice.plan_rules import advise
+
+    inputs = training(seq_len=4096)  # llama-3-8b bf16-mixed, foreach AdamW: 150 GiB on a 141 GB H200
+    found = {a.id: a for a in advise(inputs)}
+    precision, optimizer = found["precision"], found["optimizer"]
+    assert dict(precision.change) == {"precision": "bf16-true"}
+    assert precision.bytes_after == budget(training("bf16-true", seq_len=4096)).total_bytes
+    assert "fp32 weights" in precision.why  # the trade is said
+    assert dict(optimizer.change) == {"optimizer": "adamw-fused"}
+    assert optimizer.bytes_after < optimizer.bytes_before

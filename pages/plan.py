@@ -119,19 +119,19 @@ headroom = p["capacity_bytes"] - p["total_bytes"]
 where = gpu.label + (f" (× {inputs.gpus}: tp {inputs.tp}, cp {inputs.cp}, dp {inputs.dp})" if inputs.gpus > 1 else "")
 with top:
     verdict_col, notes_col = st.columns([3, 2]) if notes else (st.container(), None)
+    runs = f" Attention backend: {p['selected_backend']}."
     if plan.fits:
         verdict_col.success(md(f"Fits: {gib_text(p['total_bytes'])} of {gib_text(p['capacity_bytes'])} per GPU on "
-                               f"the {where}; headroom {gib_text(headroom)}."))
+                               f"the {where}; headroom {gib_text(headroom)}.{runs}"))
     else:
         verdict_col.error(md(f"Does not fit: {gib_text(p['total_bytes'])} needed per GPU, "
-                             f"{gib_text(p['capacity_bytes'])} on the {where}; short by {gib_text(-headroom)}."))
+                             f"{gib_text(p['capacity_bytes'])} on the {where}; short by {gib_text(-headroom)}.{runs}"))
     for note in notes:
         notes_col.warning(md(note.removeprefix("Note: ")))
-    c1, c2, c3, c4, c5 = st.columns(5)
+    c1, c2, c3, c4 = st.columns(4)
     c1.metric("total per GPU", gib_text(p["total_bytes"]))
     c2.metric("headroom", gib_text(headroom))
-    c3.metric("attention backend", p["selected_backend"])
-    max_n_slot, max_batch_slot = c4.empty(), c5.empty()  # filled at the end, when the solvers have run
+    max_n_slot, max_batch_slot = c3.empty(), c4.empty()  # filled at the end, when the solvers have run
 
 VIEWS = ("Budget", "Charts", "Advice", "Export")
 budget_tab, charts_tab, advice_tab, export_tab = st.tabs(VIEWS, key="plan_view", on_change="rerun")

@@ -70,7 +70,7 @@ def plan_for(**changes) -> dict:
 def test_plan_defaults_match_the_estimator():
     at = app()
     assert metric(at, "total per GPU") == gib_text(plan_for()["total_bytes"])
-    assert metric(at, "attention backend") == plan_for()["selected_backend"]
+    assert any(f"Attention backend: {plan_for()['selected_backend']}" in plain(x.value) for x in at.success)
     assert not at.error
     assert at.query_params["seq_len"] == ["8192"] or at.query_params["seq_len"] == "8192"
 

@@ -78,7 +78,8 @@ def memory_vs_n(sweep: pd.DataFrame, *, capacity_bytes: int, capacity_label: str
             reason = ""
             if "error" in rows.columns:
                 reason = next((str(e) for e in rows["error"] if isinstance(e, str) and e), "")
-                reason = reason.split(": ", 1)[-1].split(";")[0][:70]
+                reason = reason.split(": ", 1)[-1].split(";")[0]
+                reason = reason if len(reason) <= 48 else reason[:47] + "…"
             name = f"{backend}: cannot run" + (f" ({reason})" if reason else "")
         else:
             missing = [int(n) for n, v in zip(rows["n"], y, strict=True) if v is None]
@@ -112,7 +113,8 @@ def memory_vs_n(sweep: pd.DataFrame, *, capacity_bytes: int, capacity_label: str
     else:
         fig.update_yaxes(type="log", title_text="memory per GPU (GiB)")
     fig.update_layout(title=title, legend_title_text="backend", hovermode="closest",
-                      margin={"l": 10, "r": 10, "t": 50, "b": 10})
+                      legend={"orientation": "h", "yanchor": "top", "y": -0.22, "xanchor": "left", "x": 0},
+                      margin={"l": 10, "r": 10, "t": 50, "b": 10}, height=520)
     return fig
 
 

@@ -13,10 +13,16 @@ import re
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&=\"'^%@])")
 
 
+_AUTOLINK = re.compile(r"(?i)(://|www\.|@)")
+_ZWSP = "\u200b"  # zero-width space: GFM's autolink literals (https://..., www., e-mail) cannot form across it
+
+
 def md(text: object) -> str:
     """Plain text that Streamlit's Markdown shows literally: every Markdown/HTML punctuation backslash-escaped
-    (a link, an image, a directive or a tag cannot form), newlines kept as spaces."""
+    (a link, an image, a directive or a tag cannot form), bare URLs and e-mail addresses broken by a zero-width
+    space (GFM would autolink them despite the escapes), newlines kept as spaces."""
     plain = " ".join(str(text).split())
+    plain = _AUTOLINK.sub(lambda m: m.group(1)[0] + _ZWSP + m.group(1)[1:], plain)
     return _MD_SPECIAL.sub(r"\\\1", plain)
 
 

@@ -4,6 +4,7 @@ URL, download the spreadsheet and check it with openpyxl against the estimator."
 from __future__ import annotations
 
 import io
+import os
 import re
 from pathlib import Path
 
@@ -61,7 +62,8 @@ def test_spreadsheet_download_has_live_formulas_and_estimator_values(page, app_u
     plan = estimator_plan(16384)
     formulas = openpyxl.load_workbook(io.BytesIO(data))
     values = openpyxl.load_workbook(io.BytesIO(data), data_only=True)
-    assert formulas.sheetnames == ["Inputs", "Budget", "Sweep", "Advice"]
+    assert formulas.sheetnames == ["Inputs", "Budget", "Tables", "Sweep", "Advice"]
+    assert {"seq_len", "batch", "total_bytes", "fits"} <= set(formulas.defined_names.keys())
     budget_f, budget_v = formulas["Budget"], values["Budget"]
     rows = {budget_v.cell(r, 1).value: r for r in range(1, budget_v.max_row + 1)}
     assert budget_v.cell(rows["total"], 2).value == plan["total_bytes"]
@@ -96,3 +98,78 @@ def test_call_page_from_a_shared_url_runs_eager(page, app_url):
     expect(metric(page, "backend that runs")).to_have_text("eager")
     expect(page.get_by_test_id("stPlotlyChart")).to_have_count(1)
     expect(page.get_by_test_id("stException")).to_have_count(0)
+
+
+SCREENSHOTS = Path(os.environ.get("SCREENSHOTS_DIR", "")) if os.environ.get("SCREENSHOTS_DIR") else None
+
+
+def in_viewport(locator, height: int = 720) -> bool:
+    box = locator.bounding_box()
+    return box is not None and box["y"] >= 0 and box["y"] + box["height"] <= height
+
+
+def test_verdict_and_headline_numbers_above_the_fold_at_1280x720(page, app_url):
+    page.goto(app_url)
+    expect(metric(page, "largest batch that fits")).to_be_visible()
+    assert in_viewport(page.get_by_test_id("stAlert").filter(has_text="Fits").first)
+    for label in ("total per GPU", "headroom", "largest n that fits", "largest batch that fits"):
+        assert in_viewport(metric(page, label)), label
+    if SCREENSHOTS:
+        page.screenshot(path=str(SCREENSHOTS / "plan.png"))
+
+
+def test_share_link_markdown_is_text_not_a_link_or_image(page, app_url):
+    page.goto(f"{app_url}/?gpu=[Session expired](https://evil.example/login)"
+              "&dtype=![x](http://127.0.0.1:9/track.png)")
+    expect(page.get_by_test_id("stAlert").filter(has_text="evil.example").first).to_be_visible()
+    assert page.locator("a[href*='evil.example']").count() == 0
+    assert page.locator("img[src*='127.0.0.1:9']").count() == 0
+
+
+def test_cannot_run_plan_shows_reason_and_no_totals(page, app_url):
+    page.goto(f"{app_url}/?backend=flash&dtype=float32")
+    expect(page.get_by_test_id("stAlert").filter(has_text="Cannot run").first).to_be_visible()
+    expect(page.get_by_test_id("stMetric")).to_have_count(0)
+    expect(page.get_by_text("attention backend none")).to_have_count(0)
+
+
+def test_preset_change_sets_its_native_n(page, app_url):
+    page.goto(app_url)
+    expect(metric(page, "total per GPU")).to_be_visible()
+    page.get_by_test_id("stSelectbox").filter(has_text="preset").click()
+    page.get_by_role("option", name="vit-l-16").click()
+    expect(page.get_by_label(N_LABEL)).to_have_value("197")
+
+
+def test_decision_tree_graph_fits_1280_without_sideways_scrolling(page, app_url):
+    page.goto(f"{app_url}/tree")
+    expect(page.get_by_test_id("stGraphVizChart")).to_be_visible()
+    expect(page.locator("svg .node").first).to_be_visible()
+    widths = page.evaluate("() => [document.documentElement.scrollWidth, "
+                           "document.querySelector('[data-testid=stGraphVizChart] svg').getBoundingClientRect().right]")
+    assert widths[0] <= 1280 and widths[1] <= 1280, widths
+    if SCREENSHOTS:
+        page.screenshot(path=str(SCREENSHOTS / "tree.png"), full_page=True)
+
+
+@pytest.mark.parametrize("path, name, ready", [("call", "call", "backend that runs"), ("trace", "trace", None),
+                                               ("validate", "validate", None)])
+def test_other_pages_render_at_1280x720(page, app_url, path, name, ready):
+    page.goto(f"{app_url}/{path}")
+    if ready:
+        expect(metric(page, ready)).to_be_visible()
+    else:
+        expect(page.get_by_test_id("stFileUploader").first).to_be_visible()
+    expect(page.get_by_test_id("stException")).to_have_count(0)
+    if SCREENSHOTS:
+        page.screenshot(path=str(SCREENSHOTS / f"{name}.png"))
+
+
+def test_charts_tab_screenshot(page, app_url):
+    page.goto(app_url)
+    page.get_by_role("tab", name="Charts").click()
+    expect(page.get_by_test_id("stPlotlyChart").first).to_be_visible()
+    if SCREENSHOTS:
+        page.get_by_test_id("stPlotlyChart").first.scroll_into_view_if_needed()
+        page.wait_for_timeout(1500)  # plotly's own drawing animation, for the picture only
+        page.screenshot(path=str(SCREENSHOTS / "plan-charts.png"))

@@ -19,6 +19,7 @@ KV_DOMINATES_SHARE = 0.30  # KV bytes / (KV + weights) bytes read per decode ste
 KV_SEQUENCE_SHARE = 0.05  # one sequence's KV cache above 5% of the GPU limits concurrency
 KV_QUANT_DTYPE = "int8"  # the KV dtype the quantization advice re-runs the plan with (payload only, no scales)
 TP_STATE_SHARE = 0.5  # over budget at batch 1 with the model state above half the GPU: shard the weights first
+EXPERTS_DOMINATE_SHARE = 0.5  # routed-expert parameters / all parameters above which expert parallelism is advised
 
 
 @dataclass(frozen=True, kw_only=True)

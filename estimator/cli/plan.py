@@ -32,7 +32,8 @@ FLAG_OF = {"seq_len": "--seq-len", "batch": "--batch", "dtype": "--dtype", "kv_d
            "head_dim": "--head-dim", "ffn": "--ffn", "vocab": "--vocab", "preset": "--preset", "config": "--config",
            "precision": "--precision", "optimizer": "--optimizer",
            "torch": "--torch", "sequence_parallel": "--sequence-parallel", "zero": "--zero",
-           "micro_batch": "--micro-batch", "persistent_grads": "--persistent-grads"}
+           "micro_batch": "--micro-batch", "persistent_grads": "--persistent-grads", "kv_layout": "--kv-layout",
+           "ep": "--ep"}
 ARCH_FLAGS = {"layers": "layers", "hidden": "hidden", "heads": "q_heads", "kv_heads": "kv_heads",
               "head_dim": "head_dim", "ffn": "ffn", "vocab": "vocab"}
 
@@ -64,11 +65,14 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     work.add_argument("--window", default=None, help="sliding window for every layer (default: the model's own)")
     work.add_argument("--backend", default="auto", help=f"{', '.join(BACKENDS)} (default auto)")
     work.add_argument("--logits", default="last", help=f"inference logits: {' or '.join(LOGITS)} positions")
+    work.add_argument("--kv-layout", default="hf", help="KV cache: hf (as transformers stores it; MLA: latent), "
+                      "latent (MLA c_kv + rope key), per-head (MLA decompressed k, v)")
     hw = parser.add_argument_group("hardware")
     hw.add_argument("--gpu", default="h100-sxm", help=f"one of: {', '.join(CATALOG)} (default h100-sxm)")
     hw.add_argument("--gpus", default=None, help="total GPUs (default tp·cp; the rest is data parallel)")
     hw.add_argument("--tp", default="1", help="tensor-parallel degree")
     hw.add_argument("--cp", default="1", help="context-parallel degree")
+    hw.add_argument("--ep", default="1", help="expert-parallel degree: MoE routed experts split ep ways")
     work.add_argument("--micro-batch", default=None,
                       help="training: sequences per replica per pass; the rest is gradient accumulation")
     work.add_argument("--persistent-grads", action="store_true",
@@ -146,7 +150,8 @@ def inputs_from_args(args: argparse.Namespace) -> PlanInputs:
                           window=None if args.window is None else args.window, backend=args.backend,
                           gpu=args.gpu, gpus=args.gpus, tp=args.tp, cp=args.cp, torch_version=args.torch_version,
                           logits=args.logits, sequence_parallel=args.sequence_parallel, zero=args.zero,
-                          micro_batch=args.micro_batch, persistent_grads=args.persistent_grads)
+                          micro_batch=args.micro_batch, persistent_grads=args.persistent_grads,
+                          kv_layout=args.kv_layout, ep=args.ep)
     except ValueError as exc:
         raise _flagged(exc) from None
 

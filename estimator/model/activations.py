@@ -4,7 +4,16 @@ its peak over the moments of backward. Per GPU, exact ints (notation in estimato
 from __future__ import annotations
 
 from estimator.call.shapes import cdiv
-from estimator.model.blocks import MoeShape, mla_attention_live, moe_forward_peak, sinks_eager_peak
+from estimator.model.blocks import (
+    MoeShape,
+    mla_attention_live,
+    moe_backward_transient,
+    moe_forward_peak,
+    moe_saved_bytes,
+    sinks_eager_backward,
+    sinks_eager_peak,
+    sinks_eager_saved,
+)
 from estimator.model.inputs import LayerAttention, PlanInputs, Sizes
 from estimator.model.state import optimizer_step_bytes
 
@@ -130,6 +139,12 @@ def training_peak(inputs: PlanInputs, attn: list[LayerAttention], z: Sizes,
         phases = [("end of forward", phase(fixed + stored + detail["forward_logits_bytes"], casts_all, 0)),
                   ("loss", phase(fixed + stored + detail["logits_phase_bytes"], casts_saved, 0)),
                   ("top layer backward", phase(fixed + stored + transient, layer_casts_live, head_grad)),
+                  # the MLP's backward runs first: when attention's transient is the larger, the top layer's MLP
+                  # gradients exist (a MoE layer's experts: GBs) and its saved MLP tensors are gone
+                  ("top layer attention backward",
+                   phase(fixed + stored - detail["layer_ffn_bytes"] * (not checkpointed)
+                         + detail["backward_attention_transient_bytes"], layer_casts_live,
+                         head_grad + detail["top_layer_ffn_params"] * gb)),
                   ("bottom layer backward", phase(fixed + stored // m.layers + transient, casts_layer,
                                                   head_grad + (m.layers - 1) * layer_grad)),
                   ("end of backward", phase(detail["model_level_bytes"], 0, grads))]
@@ -164,11 +179,28 @@ def training_activations(inputs: PlanInputs, attn: list[LayerAttention], z: Size
     ffn_in_saved = (2 if m.gated_ffn else 1) * normed if z.autocast else normed
     ffn_save = ffn_in_saved + (4 if m.gated_ffn else 2) * b * n * z.F * es  # + gate, act, up, product (SwiGLU)
     ffn_grads = 2 * b * n * z.F * es
+    # MoE layers (grouped_mm experts, blocks.moe_saved_bytes): what they save replaces the dense MLP's in
+    # `moe_layers` layers; the worst layer and the backward transient take the larger of the two kinds
+    # (the loop below stores every layer with the worst kind's MLP; `moe_extra` takes back the difference)
+    moe_extra = 0
+    dense_layers = m.layers - m.moe_layers
+    if m.moe_layers:
+        shape, wb = moe_shape(inputs, z), expert_weight_bytes(inputs, z)
+        moe_save = moe_saved_bytes(shape, rs, wb, es, z.autocast)
+        worst_ffn = max(ffn_save if dense_layers else 0, moe_save)
+        moe_extra = m.moe_layers * (moe_save - worst_ffn) + dense_layers * (ffn_save - worst_ffn)
+        ffn_save = worst_ffn
+        ffn_grads = max(ffn_grads if dense_layers else 0, moe_backward_transient(shape, wb))
     layer_input = b * n_sp * m.hidden * rs
-    # autocast: every matmul weight's 16-bit copy, saved for its backward (per layer, and the output head)
-    casts_layer = m.matmul_params_per_layer // inputs.tp * es if z.autocast else 0
+    # autocast: every matmul weight's 16-bit copy, saved for its backward (per layer, and the output head); the
+    # routed experts get none (grouped_mm is not autocast-enabled: they run in the weights' dtype)
+    cast_params = m.matmul_params_per_layer
+    if m.moe_layers:
+        routed = m.experts_per_token * 3 * m.hidden * m.moe_ffn
+        cast_params = max(p - routed * f for p, f in zip(m.matmul_params_by_layer, m.moe_layer_flags, strict=True))
+    casts_layer = cast_params // inputs.tp * es if z.autocast else 0
     casts_head = z.V * m.hidden * es if z.autocast and m.kind == "decoder" else 0
-    stored = transient = 0
+    stored = transient = attn_transient = 0
     worst: dict[str, int] = {}
     for a in attn:
         est, backend = a.memory, a.memory.selected_backend
@@ -184,6 +216,12 @@ def training_activations(inputs: PlanInputs, attn: list[LayerAttention], z: Size
             worst = {"layer_attention_bytes": attn_in_saved + qkv_saved + retained, "layer_ffn_bytes": ffn_save,
                      "layer_norms_bytes": norm_save, "layer_attention_core_bytes": qkv_saved + retained}
         attn_bwd = max(0, (est.peak_extra_bytes or 0) - retained)
+        if m.attention_sinks and backend == "eager":  # gpt-oss: sink column, softmax in the scores' dtype
+            call = est.call
+            retained = sinks_eager_saved(b, call.q_heads, call.q_len, call.kv_len, m.head_dim, es, z.autocast)
+            qkv_saved = 0  # inside sinks_eager_saved
+            none_layer = norm_save + attn_in_saved + retained + ffn_save
+            attn_bwd = sinks_eager_backward(b, call.q_heads, call.q_len, call.kv_len, es, z.autocast)
         if inputs.checkpointing == "none":
             layer, bwd = none_layer, max(attn_bwd, ffn_grads)
         elif inputs.checkpointing == "selective":  # attention core recomputed; q, k, v and out kept (§4.2)
@@ -193,6 +231,9 @@ def training_activations(inputs: PlanInputs, attn: list[LayerAttention], z: Size
             layer, bwd = layer_input, none_layer + max(attn_bwd, ffn_grads)
         stored += layer * a.layers
         transient = max(transient, bwd)
+        attn_transient = max(attn_transient, attn_bwd if inputs.checkpointing == "none" else 0)
+    if inputs.checkpointing in ("none", "selective"):
+        stored += moe_extra
     rows = b * n if m.kind == "decoder" else b
     # Loss backward (HF ForCausalLMLoss: logits.float(), cross_entropy): the saved fp32 log-softmax + its incoming
     # and outgoing fp32 gradients, 12 B/logit; the 16-bit logits are gone when the training loop keeps only the
@@ -201,9 +242,15 @@ def training_activations(inputs: PlanInputs, attn: list[LayerAttention], z: Size
     logits_phase = z.resid + rows * z.V * 12
     # the end of the forward: logits (dtype), their fp32 copy and the saved log-softmax
     forward_logits = z.resid + rows * z.V * (es + 8)
+    if m.final_logit_softcap:  # Gemma-2: logits / cap, tanh, · cap: tanh's output is saved until its backward
+        logits_phase += rows * z.V * es
+        forward_logits += rows * z.V * es
     model_level = model_level_bytes(inputs, z) + sum(a.mask_bytes for a in attn)  # masks live the whole step
     grad_buffers = 2 * z.resid  # backward: the gradient flowing into a layer and the residual branch's
+    top_moe = m.moe_layer_flags[-1] if m.moe_layers else False
+    top_ffn = (m._moe_ffn_params(inputs.tp, inputs.ep) if top_moe else m._dense_ffn_params(inputs.tp))
     detail = {"stored_layers_bytes": stored, "backward_transient_bytes": transient,
+              "backward_attention_transient_bytes": attn_transient, "top_layer_ffn_params": top_ffn,
               "logits_phase_bytes": logits_phase, "forward_logits_bytes": forward_logits,
               "model_level_bytes": model_level,
               "gradient_buffers_bytes": grad_buffers, "weight_casts_per_layer_bytes": casts_layer,

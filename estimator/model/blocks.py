@@ -167,7 +167,7 @@ def moe_saved_bytes(s: MoeShape, act: int, weight: int, es: int, autocast: bool)
     S, H, F, T = s.T * s.k, s.H, s.F, s.T
     lin_in = T * H * (es if autocast else act)  # the router GEMM's saved input
     router = lin_in + (T * s.E * 4 if s.router != "gpt_oss" else T * s.k * es) + T * s.k * 8
-    gate = 4 * F if s.router != "gpt_oss" else 8 * F  # act + product, or gpt-oss' clamps, sigmoid, glu, up+1, out
+    gate = 2 * F if s.router != "gpt_oss" else 5 * F  # act + product, or gpt-oss' clamped gate, sigmoid, glu, up+1, out
     experts = S * (H * act if act == weight else H * weight) + S * weight * (2 * F + gate) + S * H * weight
     experts += S * (8 + 8 + 1 + 8 + r)  # gather index, perm, sentinel mask, inv_perm, routing weights
     shared = 0
@@ -212,3 +212,21 @@ def sinks_eager_peak(b: int, heads: int, q: int, kv: int, es: int) -> int:
     combined = b * heads * q * (kv + 1) * es
     rows = b * heads * q * (es + 8)
     return scores + 2 * combined + rows
+
+
+def sinks_eager_saved(b: int, heads: int, q: int, kv: int, d: int, es: int, autocast: bool) -> int:
+    """What gpt-oss' eager attention saves for backward per layer. Under autocast the float mask (built in the fp32
+    residual dtype) promotes the scores to fp32, so the softmax output autograd keeps is fp32 (b,h,q,kv+1) and the
+    probabilities cast back for the value matmul are a second, 16-bit copy (b,h,q,kv); in a 16-bit model the
+    softmax output (model dtype) is saved once, its sliced view feeding the matmul. Plus the row max' int64 indices
+    and the matmuls' q, repeated k and repeated v (16-bit)."""
+    p1 = b * heads * q * (kv + 1)
+    probs = p1 * (4 if autocast else es) + (b * heads * q * kv * es if autocast else 0)
+    return probs + b * heads * q * 8 + 3 * b * heads * max(q, kv) * d * es
+
+
+def sinks_eager_backward(b: int, heads: int, q: int, kv: int, es: int, autocast: bool) -> int:
+    """gpt-oss eager attention backward, above what it saved: at the softmax backward the gradient of the
+    probabilities (the sliced gradient scattered into a (b,h,q,kv+1) zero tensor) and the softmax's input gradient,
+    both in the softmax dtype (fp32 under autocast: one 16 GiB tensor each at 64 heads × 8192²)."""
+    return 2 * b * heads * q * (kv + 1) * (4 if autocast else es)

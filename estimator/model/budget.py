@@ -53,6 +53,7 @@ class Plan:
     decode_tokens_per_s: float | None
     attention_share: float
     ffn_share: float
+    expert_ffn_share: float  # MoE layers' router, routed top-k experts and shared experts (ffn_share: dense MLPs)
     embedding_share: float
     other_share: float
     flops_shares: dict[str, float] = field(hash=False)
@@ -71,7 +72,7 @@ class Plan:
                                                        "backend", "gpu", "gpus",
                                                        "tp", "cp", "torch_version", "logits",
                                                        "sequence_parallel", "micro_batch", "zero",
-                                                       "persistent_grads")}
+                                                       "persistent_grads", "kv_layout", "ep")}
         out["inputs"]["model"] = inp.model.name
         out["model"] = {**asdict(inp.model), "params": inp.model.params}
         out["assumptions"] = list(self.assumptions)

@@ -31,10 +31,13 @@ def plan_flops(inputs: PlanInputs, attn: list[LayerAttention], *, unsupported: b
     executed/counted ratio (fused kernels skip masked causal tiles). Training step = 3 × forward
     (Narayanan et al. 2021, eq. 3) + one more forward under full recompute (+ the attention core under selective)."""
     m, B, N = inputs.model, inputs.batch, inputs.seq_len
-    attn_mat = m.hidden * (m.q_dim + 2 * m.kv_dim) + m.q_dim * m.hidden
-    ffn_mat = (3 if m.gated_ffn else 2) * m.hidden * m.ffn
+    attn_mat = m._attention_matmul_params()  # q, k, v, o (MLA: its down/up projections; v width v_head_dim)
+    ffn_mat, moe_mat = ffn_matmul_params(m)
+    dense_layers = m.layers - m.moe_layers
     proj = 2 * attn_mat * m.layers * B * N
-    ffn = 2 * ffn_mat * m.layers * B * N
+    ffn = 2 * ffn_mat * dense_layers * B * N
+    # MoE layers: each token runs the router, its top-k experts and the shared expert (active parameters)
+    expert = 2 * moe_mat * m.moe_layers * B * N
     core = sum(a.layers * 4 * B * m.q_heads * N * a.span * m.head_dim for a in attn)
     executed = 0.0
     for a in attn:
@@ -46,19 +49,31 @@ def plan_flops(inputs: PlanInputs, attn: list[LayerAttention], *, unsupported: b
         embed = 2 * m.hidden * m.vocab * rows  # LM head; the embedding lookup does no FLOPs
     else:  # patch conv over the patches, classifier head over the class token
         embed = 2 * m.channels * m.patch_size**2 * m.hidden * B * max(N - 1, 0) + 2 * m.hidden * m.vocab * B
-    forward = proj + ffn + core + embed
+    forward = proj + ffn + expert + core + embed
     step = forward
     if inputs.mode == "training":
         step = 3 * forward + (forward if inputs.checkpointing == "full" else 0)
         step += core if inputs.checkpointing == "selective" else 0
     decode = None
     if m.kind == "decoder":  # one new token of one sequence, attending over a cache of min(N, window) tokens
-        decode = (2 * (attn_mat + ffn_mat) * m.layers + 2 * m.hidden * m.vocab
+        decode = (2 * (attn_mat * m.layers + ffn_mat * dense_layers + moe_mat * m.moe_layers) + 2 * m.hidden * m.vocab
                   + sum(a.layers * 4 * m.q_heads * a.span * m.head_dim for a in attn))
     shares = {"attention": safe_share(proj + core, forward), "attention_core": safe_share(core, forward),
-              "ffn": safe_share(ffn, forward), "embedding": safe_share(embed, forward)}
-    return {"forward": forward, "forward_executed": proj + ffn + round(executed) + embed, "step": step,
+              "ffn": safe_share(ffn, forward), "expert_ffn": safe_share(expert, forward),
+              "embedding": safe_share(embed, forward)}
+    return {"forward": forward, "forward_executed": proj + ffn + expert + round(executed) + embed, "step": step,
             "decode": decode, "shares": shares}
+
+
+def ffn_matmul_params(m) -> tuple[int, int]:
+    """(dense MLP, MoE MLP) GEMM weights one token runs through in one layer: (3 if gated else 2)·H·ffn; router
+    E·H + top-k experts k·3·H·moe_ffn + shared expert 3·H·shared (+ its gate H). Biases and norms left out."""
+    dense = (3 if m.gated_ffn else 2) * m.hidden * m.ffn
+    if not m.experts:
+        return dense, 0
+    moe = (m.experts * m.hidden + m.experts_per_token * 3 * m.hidden * m.moe_ffn + 3 * m.hidden * m.shared_experts_ffn
+           + m.shared_expert_gate * m.hidden)
+    return dense, moe
 
 
 def plan_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_gpu: int, weights: int,
@@ -79,12 +94,20 @@ def plan_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_
     def roof_ms(flop_count: float, byte_count: float) -> float:
         return max(flop_count / peak, byte_count / bw) * 1e3
 
-    attn_mat = H * (hq + 2 * hk) * d + hq * d * H
+    attn_mat = cdiv(m._attention_matmul_params(), tp)
     ffn_mat = (3 if m.gated_ffn else 2) * H * F
     proj_ms = m.layers * roof_ms(2 * attn_mat * T, (attn_mat + T * (2 * H + 2 * (hq + hk) * d)) * es)
     act_passes = 3 if m.gated_ffn else 2  # act(gate)·up: read 2, write 1; GELU: read 1, write 1
-    ffn_ms = m.layers * (roof_ms(2 * ffn_mat * T, (ffn_mat + T * (2 * H + act_passes * F)) * es)
-                         + act_passes * T * F * es / bw * 1e3)
+    dense_layers = m.layers - m.moe_layers
+    ffn_ms = dense_layers * (roof_ms(2 * ffn_mat * T, (ffn_mat + T * (2 * H + act_passes * F)) * es)
+                             + act_passes * T * F * es / bw * 1e3)
+    expert_ms = 0.0
+    if m.moe_layers:  # active GEMMs over T·k rows; every resident expert's weights read once per forward
+        _, moe_mat = ffn_matmul_params(m)
+        Fe, S = cdiv(m.moe_ffn, tp), T * m.experts_per_token
+        resident = cdiv(m.experts, inputs.ep) * 3 * H * Fe + 3 * H * cdiv(m.shared_experts_ffn, tp)
+        expert_ms = m.moe_layers * (roof_ms(2 * cdiv(moe_mat, tp) * T, (resident + S * (2 * H + 3 * Fe)) * es)
+                                    + 3 * S * Fe * es / bw * 1e3)
     # norms (read + write) and two residual adds (read 2, write 1) per layer, memory-bound
     other_ms = m.layers * (2 * m.norms_per_layer + 6) * T * H * es / bw * 1e3
 
@@ -101,24 +124,28 @@ def plan_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_
         embed_ms = roof_ms(2 * conv * T, conv * es + T * H * es) + roof_ms(2 * H * V * b, H * V * es)
     if inputs.mode == "inference":
         core = core_ms("timing")
-        forward_ms = step_ms = proj_ms + ffn_ms + core + other_ms + embed_ms
-        parts = {"attention": proj_ms + core, "ffn": ffn_ms, "embedding": embed_ms}
+        forward_ms = step_ms = proj_ms + ffn_ms + expert_ms + core + other_ms + embed_ms
+        parts = {"attention": proj_ms + core, "ffn": ffn_ms, "expert_ffn": expert_ms, "embedding": embed_ms}
     else:
         core_fwd, core_fb = core_ms("forward_timing"), core_ms("timing")
-        forward_ms = proj_ms + ffn_ms + core_fwd + other_ms + embed_ms
-        recompute = {"none": 0.0, "selective": core_fwd, "full": proj_ms + ffn_ms + core_fwd + other_ms}
+        forward_ms = proj_ms + ffn_ms + expert_ms + core_fwd + other_ms + embed_ms
+        recompute = {"none": 0.0, "selective": core_fwd,
+                     "full": proj_ms + ffn_ms + expert_ms + core_fwd + other_ms}
         recompute["hf"] = recompute["full"]  # both re-run each layer's forward in its backward
         adamw_ms = params_gpu * (2 * es + (24 if es < 4 else 16)) / bw * 1e3  # fused AdamW: read and write state
         k = inputs.accumulation_steps  # micro-batches per step; the optimizer runs once
         forward_ms *= k
-        step_ms = k * (3 * (proj_ms + ffn_ms + other_ms + embed_ms) + core_fb + recompute[inputs.checkpointing])
+        step_ms = k * (3 * (proj_ms + ffn_ms + expert_ms + other_ms + embed_ms) + core_fb
+                       + recompute[inputs.checkpointing])
         step_ms += adamw_ms
         full = inputs.checkpointing == "full"
         attention_ms = (3 + full) * proj_ms + core_fb + (core_fwd if inputs.checkpointing != "none" else 0)
-        parts = {"attention": k * attention_ms, "ffn": k * (3 + full) * ffn_ms, "embedding": k * 3 * embed_ms}
+        parts = {"attention": k * attention_ms, "ffn": k * (3 + full) * ffn_ms,
+                 "expert_ffn": k * (3 + full) * expert_ms, "embedding": k * 3 * embed_ms}
     decode_ms = decode_tps = None
     if m.kind == "decoder" and inputs.mode == "inference":
-        decode_gpu_flops = b * (2 * (m.layers * (attn_mat + ffn_mat) + H * V)
+        moe_gpu = cdiv(ffn_matmul_params(m)[1], tp)
+        decode_gpu_flops = b * (2 * (m.layers * attn_mat + dense_layers * ffn_mat + m.moe_layers * moe_gpu + H * V)
                                 + sum(a.layers * 4 * hq * cdiv(a.span, inputs.cp) * d for a in attn))
         decode_ms = roof_ms(decode_gpu_flops, weights + kv_cache + b * V * (es + 4))
         decode_tps = inputs.batch / (decode_ms / 1e3)
@@ -126,6 +153,7 @@ def plan_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_
     return {"prefill_time_ms": forward_ms, "step_time_ms": step_ms, "decode_time_ms_per_token": decode_ms,
             "prefill_tokens_per_s": inputs.batch * inputs.seq_len / (forward_ms / 1e3) if forward_ms else 0.0,
             "decode_tokens_per_s": decode_tps, "attention_share": shares["attention"], "ffn_share": shares["ffn"],
+            "expert_ffn_share": shares["expert_ffn"],
             "embedding_share": shares["embedding"], "other_share": max(0.0, 1.0 - sum(shares.values()))}
 
 

@@ -60,6 +60,10 @@ class Plan:
     components: tuple[tuple[str, int], ...]
     activation_detail: dict[str, int] = field(hash=False)
     assumptions: tuple[str, ...]
+    communication_time_ms: float = 0.0  # exposed communication of the step (training) or prefill (model/comm.py)
+    communication: dict = field(default_factory=dict, hash=False)  # per kind (tp, cp, dp), links, decode per token
+    time_split: dict = field(default_factory=dict, hash=False)  # ms per kernel class per phase (step_time.py)
+    time_model: dict = field(default_factory=dict, hash=False)  # GPU the constants were measured on, error band
     max_seq_len: int | None = None  # filled by make_plan's solvers
     max_batch: int | None = None
 

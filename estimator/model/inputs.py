@@ -65,6 +65,10 @@ class PlanInputs:
     zero: int = 0  # training: ZeRO stage over the data-parallel replicas (1 optimizer, 2 + gradients, 3 + weights)
     kv_layout: str = "hf"  # KV cache: hf (as transformers 5.17 stores it) | latent (MLA c_kv + rope key) | per-head
     ep: int = 1  # expert parallel: each MoE layer's routed experts split ep ways (within the GPUs of a replica set)
+    gpus_per_node: int = 8  # GPUs one node joins by NVLink/PCIe; groups past it communicate over the network
+    calibration: str | None = None  # kernel calibration JSON (python -m validation calibrate); None: the H200's
+    gemm_efficiency: float | None = None  # override: every GEMM at this fraction of the datasheet peak
+    hbm_efficiency: float | None = None  # override: every streaming kernel at this fraction of the HBM bandwidth
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelSpec):
@@ -110,6 +114,19 @@ class PlanInputs:
             raise ValueError(f"kv_layout: unknown value {self.kv_layout!r}; expected one of {', '.join(KV_LAYOUTS)}")
         object.__setattr__(self, "kv_layout", layout)
         object.__setattr__(self, "ep", check_positive_int("ep", self.ep, 1 << 14))
+        object.__setattr__(self, "gpus_per_node", check_positive_int("gpus_per_node", self.gpus_per_node, 1024))
+        for name in ("gemm_efficiency", "hbm_efficiency"):
+            value = getattr(self, name)
+            if value is not None:
+                try:
+                    value = float(value)
+                except (TypeError, ValueError):
+                    raise ValueError(f"{name}: expected a number in (0, 1], got {value!r}") from None
+                if not 0 < value <= 1:
+                    raise ValueError(f"{name}: expected a fraction of the datasheet peak in (0, 1], got {value!r}")
+                object.__setattr__(self, name, value)
+        if self.calibration is not None:
+            object.__setattr__(self, "calibration", str(self.calibration))
         get_gpu(self.gpu)  # ValueError listing the catalog
         object.__setattr__(self, "torch_version", check_torch_version(self.torch_version))
         tp = check_positive_int("tp", self.tp, 1024)

@@ -77,15 +77,59 @@ def ffn_matmul_params(m) -> tuple[int, int]:
 
 
 def plan_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_gpu: int, weights: int,
-           kv_cache: int, flops: dict, *, unsupported: bool) -> dict:
-    """Per-GPU wall time (ms), an ESTIMATE: GEMMs and memory-bound passes by roofline,
+               kv_cache: int, flops: dict, *, unsupported: bool) -> dict:
+    """Per-GPU wall time (ms) of the whole job on the planned GPUs: the kernel-class model of
+    estimator/model/step_time.py (constants measured on the H200, or `inputs.calibration`, scaled to `gpu`'s
+    datasheet peaks) + the exposed communication of estimator/model/comm.py. The attention / FFN / embedding
+    shares keep the roofline's split by model part (`_roofline_times`); `time_split` is the kernel-class split."""
+    from estimator.model.calibration import load_constants
+    from estimator.model.comm import communication
+    from estimator.model.step_time import TIME_ERROR_BAND, step_times
+
+    roof = _roofline_times(inputs, attn, gpu, params_gpu, weights, kv_cache, flops, unsupported=unsupported)
+    consts = load_constants(inputs.calibration).with_overrides(inputs.gemm_efficiency, inputs.hbm_efficiency)
+    st = step_times(inputs, attn, gpu, params_gpu, weights, kv_cache, consts, unsupported=unsupported)
+    m = inputs.model
+    core_f = sum(a.layers * ((a.forward_timing or a.timing).time_ms or 0.0) for a in attn) if not unsupported else 0
+    core_fb = sum(a.layers * (a.timing.time_ms or 0.0) for a in attn) if not unsupported else 0
+    layers = max(m.layers, 1)
+    comm = communication(inputs, gpu, params_gpu, {
+        "core_forward_ms_per_layer": core_f / layers / inputs.cp,
+        "core_backward_ms_per_layer": max(core_fb - core_f, 0.0) / layers / inputs.cp,
+        "backward_ms": st.get("backward_time_ms", 0.0), "forward_ms": st.get("forward_time_ms", 0.0)})
+    training = inputs.mode == "training"
+    prefill = st["prefill_time_ms"] + (0.0 if training else comm["total_ms"])
+    step = st["step_time_ms"] + comm["total_ms"]
+    decode = st["decode_time_ms_per_token"]
+    if decode is not None:
+        decode += comm["decode_ms_per_token"]
+    out = dict(roof)
+    out.update(prefill_time_ms=prefill, step_time_ms=step, decode_time_ms_per_token=decode,
+               prefill_tokens_per_s=inputs.batch * inputs.seq_len / (prefill / 1e3) if prefill else 0.0,
+               decode_tokens_per_s=inputs.batch / (decode / 1e3) if decode else None,
+               communication_time_ms=comm["total_ms"],
+               communication={k: (round(v, 4) if isinstance(v, float) else v) for k, v in comm.items()},
+               time_split=st["time_split"],
+               time_model={"measured_on": consts.device_name, "constants": consts.source,
+                           "scaled_to": gpu.name if gpu.name != consts.ref_gpu else None,
+                           "gemm_efficiency_override": inputs.gemm_efficiency,
+                           "hbm_efficiency_override": inputs.hbm_efficiency,
+                           "error_band": {k: list(v) for k, v in TIME_ERROR_BAND.items()}})
+    if training:
+        out["time_split"] = {**st["time_split"], "communication": comm["total_ms"]}
+    return out
+
+
+def _roofline_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_gpu: int, weights: int,
+                    kv_cache: int, flops: dict, *, unsupported: bool) -> dict:
+    """Per-GPU wall time (ms) by roofline, kept for the shares by model part: GEMMs and memory-bound passes,
     t = max(FLOPs / (peak·GEMM_EFFICIENCY), bytes / (HBM bandwidth·HBM_EFFICIENCY)), attention cores from
     estimate_call's time_ms (÷ cp: a load-balanced ring splits the work evenly). Decode is bandwidth-bound:
     weights + KV cache read once per step. Communication (TP all-reduce, CP ring) is not modelled."""
     m = inputs.model
     es = element_bytes(inputs.dtype)
-    peak = gpu.peak_flops_per_s[inputs.dtype] * GEMM_EFFICIENCY
-    bw = gpu.hbm_bytes_per_s * HBM_EFFICIENCY
+    peak = gpu.peak_flops_per_s[inputs.dtype] * (inputs.gemm_efficiency or GEMM_EFFICIENCY)
+    bw = gpu.hbm_bytes_per_s * (inputs.hbm_efficiency or HBM_EFFICIENCY)
     b, n, H, tp = inputs.batch_per_gpu, inputs.tokens_per_gpu, m.hidden, inputs.tp
     hq, hk, d, F = inputs.q_heads_per_gpu, inputs.kv_heads_per_gpu, m.head_dim, cdiv(m.ffn, tp)
     V = cdiv(m.vocab, tp) if m.kind == "decoder" else m.vocab

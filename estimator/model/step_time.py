@@ -1,0 +1,526 @@
+"""Whole-model time from measured kernel classes: prefill, decode per token and the training step (forward,
+backward, optimizer), each split into its kernel classes. Pure arithmetic; the constants come from a kernel
+calibration file (`estimator/model/calibration.py`), by default the one measured on the H200:
+
+    python -m validation calibrate --device cuda --budget-s 80 --out validation/data/h200_calibration_kernels.json
+    (torch 2.11.0+cu130, H200; a copy ships as estimator/model/data/h200_calibration_kernels.json)
+
+The mechanism, for one pass over the layers of one GPU (tokens T = batch per GPU × tokens per GPU):
+
+- GEMM (every nn.Linear, forward and the two backward GEMMs): t = max(2·M·N·K / (peak_dtype · η(M, N, K, kind)),
+  weight+activation bytes / (HBM · η_stream)). η is cuBLAS's measured efficiency at the nearest measured shapes
+  (inverse-distance in log2 M, N, K, same dtype and kind; small M stream the weight at η_stream, the median of the
+  calibration's M <= 64 GEMMs over >= 50M-element weights).
+- memory-bound kernels (norms, RoPE, SiLU·mul, residual adds, casts, copies, softmax, cross-entropy): each op's
+  measured time t = a + b·elements (least squares over the calibration's sizes), b scaled by HBM_ref / HBM_gpu.
+  Backward of an elementwise op = BACKWARD_MEMORY_FACTOR × its forward (reads its saved inputs and the incoming
+  gradient, writes the outgoing one).
+- attention core: `estimate_call`'s time (estimator/call/timing.py) of the layer's call; decode: the measured
+  q_len = 1 SDPA rows, t = a + KV bytes / rate.
+- optimizer: measured ms per 1e9 parameters of `--optimizer` in the update dtype, × HBM_ref / HBM_gpu.
+- CPU: every kernel costs the host `launch_floor_ms` (a GEMM the measured eager matmul floor), and each decoder
+  layer HF's eager Python (`LAYER_PYTHON_MS`, set from the fit set of whole models, see below). A pass takes
+  max(GPU sum, CPU sum) (the host runs ahead of the device while the queue is deep) + the model-level Python the
+  device waits for (`MODEL_PYTHON_MS`) + one synchronize.
+
+Other GPUs: GEMM efficiencies and stream fractions are relative to the measuring GPU's datasheet peaks and
+scale with the target's; CPU costs do not scale. Not modelled: clocks under power limits, cache effects across
+kernels, torch.compile. Error band: `TIME_ERROR_BAND` (measured / planned on the fit set).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from estimator.call.config import DTYPE_BITS
+from estimator.call.shapes import cdiv
+from estimator.hardware import GPU
+
+if TYPE_CHECKING:
+    from estimator.model.inputs import LayerAttention, PlanInputs
+
+# Backward of a memory-bound op relative to its forward: read the saved input(s) and the incoming gradient, write
+# the outgoing gradient (RMSNorm backward re-reads its fp32 input too). An assumption, checked by the step rows.
+BACKWARD_MEMORY_FACTOR = 2.0
+# HF's eager Python: per decoder-layer call (module __call__s, cache bookkeeping; host time that overlaps queued
+# device work) and per model forward (mask and rotary set-up, output dataclasses, the first kernels' start: host
+# time the device waits for). Set by hand from the fit set's residuals (measured - planned with both at 0) on the
+# dense rows of <= 4,096 tokens per GPU: 2-layer prefills and training forwards +2.2..+3.5 ms, the 6-layer
+# gemma-3 prefill +5.9 ms; `python -m validation.model_report validation/data/h200_hf_recipes.csv
+# validation/data/h200_hf_archs.csv validation/data/h200_hf_windows_a.csv validation/data/h200_hf_windows_b.csv`
+# shows the rows. Not fitted on validation/data/h200_hf_time.csv (held out).
+LAYER_PYTHON_MS = 0.70
+MODEL_PYTHON_MS = 3.0
+# Relative error band of the whole-model times (measured / planned - 1, 10th and 90th percentile) on the fit set;
+# the same command prints it.
+TIME_ERROR_BAND = {"prefill": (0.04, 0.67), "step": (-0.09, 0.17), "decode": (0.12, 11.9)}
+
+# GPU time of a tiny kernel (assumption: not separable from the host's launch cost in the calibration, whose
+# tiny-op times are host-bound); memory-bound ops below their smallest measured size scale down to it.
+GPU_KERNEL_FLOOR_MS = 0.002
+
+
+@dataclass(frozen=True)
+class Gemm:
+    m: int
+    n: int
+    k: int
+    dtype: str
+    kind: str
+    eff: float  # achieved / datasheet peak of the measuring GPU
+    ms: float
+
+
+@dataclass(frozen=True)
+class MemOp:
+    a_ms: float  # fixed part per call (kernel tails)
+    b_ms_per_element: float  # on the measuring GPU
+    kernels: int
+    dtype: str
+    min_elements: float = 0.0  # smallest measured size: below it the time scales down to GPU_KERNEL_FLOOR_MS
+
+
+@dataclass(frozen=True)
+class KernelConstants:
+    """Measured kernel classes of one GPU (see calibration.constants_from_json)."""
+
+    source: str  # file and command
+    device_name: str
+    ref_gpu: str  # catalog name of the measuring GPU (peaks the efficiencies are relative to)
+    ref_hbm: float
+    ref_peaks: dict = field(hash=False)
+    gemms: tuple = ()
+    stream_eff: float = 0.75
+    matmul_floor_ms: float = 0.022
+    launch_floor_ms: float = 0.0095
+    sync_ms: float = 0.0075
+    mem_ops: dict = field(default_factory=dict, hash=False)
+    decode_attention: dict = field(default_factory=dict, hash=False)  # backend -> (a_ms, bytes per ms at ref)
+    optimizer_ms_per_1e9: dict = field(default_factory=dict, hash=False)  # (name, dtype) -> ms
+    gemm_efficiency: float | None = None  # manual overrides (--gemm-efficiency / --hbm-efficiency)
+    hbm_efficiency: float | None = None
+
+    def with_overrides(self, gemm: float | None, hbm: float | None) -> KernelConstants:
+        return self if gemm is None and hbm is None else replace(self, gemm_efficiency=gemm, hbm_efficiency=hbm)
+
+
+class Pass:
+    """Accumulates one pass's kernels: GPU ms by class, host ms, kernel count."""
+
+    def __init__(self) -> None:
+        self.gpu: dict[str, float] = {}
+        self.cpu = 0.0
+        self.python = 0.0  # host time the device waits for (HF's eager Python between the layers' kernels)
+        self.kernels = 0
+
+    def add(self, cls: str, gpu_ms: float, cpu_ms: float, kernels: int = 1, times: float = 1.0) -> None:
+        if cls == "python":  # host time the device waits for: not overlapped
+            self.python += cpu_ms * times
+            return
+        if cls == "host":  # host time that overlaps queued device work
+            self.cpu += cpu_ms * times
+            return
+        self.gpu[cls] = self.gpu.get(cls, 0.0) + gpu_ms * times
+        self.cpu += cpu_ms * times
+        self.kernels += round(kernels * times)
+
+    def merge(self, other: Pass, times: float = 1.0) -> None:
+        for k, v in other.gpu.items():
+            self.gpu[k] = self.gpu.get(k, 0.0) + v * times
+        self.cpu += other.cpu * times
+        self.python += other.python * times
+        self.kernels += round(other.kernels * times)
+
+    def total(self, sync_ms: float) -> float:
+        return max(sum(self.gpu.values()), self.cpu) + self.python + sync_ms
+
+    def split(self, sync_ms: float) -> dict[str, float]:
+        """GPU ms per class, plus the host time the GPU waited for (launch and Python overhead) and the sync."""
+        out = {k: round(v, 4) for k, v in sorted(self.gpu.items())}
+        out["launch_overhead"] = round(max(0.0, self.cpu - sum(self.gpu.values())) + sync_ms, 4)
+        out["python_overhead"] = round(self.python, 4)
+        return out
+
+
+class Kernels:
+    """Prices kernels of one GPU from the constants."""
+
+    def __init__(self, k: KernelConstants, gpu: GPU):
+        self.k, self.gpu = k, gpu
+        self.bw_scale = k.ref_hbm / gpu.hbm_bytes_per_s  # time of a streaming kernel scales with 1/bandwidth
+        if k.hbm_efficiency is not None:  # manual: every streaming kernel at this fraction of the datasheet
+            self.bw_scale = None
+
+    # --- GEMM
+    def gemm_eff(self, m: int, n: int, k: int, dtype: str, kind: str) -> float:
+        if self.k.gemm_efficiency is not None:
+            return self.k.gemm_efficiency
+        rows = [g for g in self.k.gemms if g.dtype == dtype and g.kind == kind and g.m >= 256]
+        if len(rows) < 2:
+            rows = [g for g in self.k.gemms if g.dtype == dtype and g.kind == "forward" and g.m >= 256]
+        if len(rows) < 2:
+            rows = [g for g in self.k.gemms if g.dtype == "bfloat16" and g.m >= 256]
+        if not rows:
+            return 0.7
+        lm, ln, lk = math.log2(max(m, 1)), math.log2(max(n, 1)), math.log2(max(k, 1))
+        scored = sorted(((math.log2(g.m) - lm) ** 2 + (math.log2(g.n) - ln) ** 2 + (math.log2(g.k) - lk) ** 2, g.eff)
+                        for g in rows)[:3]
+        w = [1.0 / (d + 0.25) for d, _ in scored]
+        return sum(wi * e for wi, (_, e) in zip(w, scored, strict=True)) / sum(w)
+
+    def gemm_ms(self, m: int, n: int, k: int, dtype: str, kind: str = "forward") -> float:
+        """GPU ms of one GEMM [m, k] x [k, n] in `dtype`."""
+        if m <= 0 or n <= 0 or k <= 0:
+            return 0.0
+        es = DTYPE_BITS[dtype] // 8
+        peak = self.gpu.peak_flops_per_s[dtype]
+        ref_peak = self.k.ref_peaks.get(dtype, peak)
+        eff = self.gemm_eff(max(m, 256), n, k, dtype, kind)
+        if self.k.gemm_efficiency is None:  # efficiency relative to the measuring GPU; the target's peak
+            compute = 2 * m * n * k / (ref_peak * eff) * (ref_peak / peak)
+        else:
+            compute = 2 * m * n * k / (peak * eff)
+        stream = (m * k + n * k + m * n) * es / self.stream_rate()
+        return max(compute, stream) * 1e3
+
+    def stream_rate(self) -> float:
+        if self.k.hbm_efficiency is not None:
+            return self.gpu.hbm_bytes_per_s * self.k.hbm_efficiency
+        return self.gpu.hbm_bytes_per_s * self.k.stream_eff
+
+    # --- memory-bound
+    def mem_ms(self, op: str, elements: float, dtype: str = "bfloat16") -> tuple[float, int]:
+        """(GPU ms, kernels) of one memory-bound op over `elements` elements."""
+        c = self.k.mem_ops.get((op, dtype)) or self.k.mem_ops.get((op, "bfloat16")) or self.k.mem_ops.get(
+            (op, "float32"))
+        if c is None:  # not measured: a copy of the same bytes
+            c = self.k.mem_ops[("copy", "bfloat16")]
+        scale = (DTYPE_BITS[dtype] // 8) / (DTYPE_BITS[c.dtype] // 8) if op in ("add", "mul", "copy") else 1.0
+        per = c.b_ms_per_element * scale
+        if self.bw_scale is None:  # --hbm-efficiency: the measured rate re-expressed at that fraction
+            per *= (self.k.ref_hbm / self.gpu.hbm_bytes_per_s) * (self.k.stream_eff / self.k.hbm_efficiency)
+        else:
+            per *= self.bw_scale
+        if elements < c.min_elements:  # below the measured range: proportional, down to the per-kernel floor
+            at_min = c.a_ms + per * c.min_elements
+            return max(at_min * elements / c.min_elements, c.kernels * GPU_KERNEL_FLOOR_MS), c.kernels
+        return c.a_ms + per * elements, c.kernels
+
+    def optimizer_ms(self, name: str, dtype: str, params: int) -> float:
+        key = {"adamw": "adamw", "adamw-fused": "adamw_fused", "sgd": "sgd_momentum",
+               "adamw-8bit": "adamw_fused"}[name]
+        ms = self.k.optimizer_ms_per_1e9.get((key, dtype)) or self.k.optimizer_ms_per_1e9.get((key, "bfloat16"))
+        if ms is None:  # not measured: AdamW reads/writes param, grad, two moments (~16 B/param in 16-bit)
+            ms = 1e9 * (8 if dtype != "float32" else 16) * 2 / (self.k.ref_hbm * 0.8) * 1e3
+        scale = self.bw_scale if self.bw_scale is not None else self.k.ref_hbm / self.gpu.hbm_bytes_per_s
+        return ms * params / 1e9 * scale
+
+    def decode_attention_ms(self, backend: str, kv_bytes: float) -> tuple[float, float]:
+        """(GPU ms, host ms) of one q_len = 1 SDPA call over `kv_bytes` of cache: the measured rows' fixed part is
+        the call's host cost (the calibration loop is host-bound there), the slope the device's stream."""
+        a, rate = self.k.decode_attention.get(backend) or self.k.decode_attention.get("flash") or (0.05, 4e9)
+        scale = self.bw_scale if self.bw_scale is not None else self.k.ref_hbm / self.gpu.hbm_bytes_per_s
+        return max(kv_bytes / rate * scale, GPU_KERNEL_FLOOR_MS), a
+
+
+# --------------------------------------------------------------------------------------------------- the model
+
+def _es(dtype: str) -> int:
+    return DTYPE_BITS[dtype] // 8
+
+
+def _gemm(p: Pass, kern: Kernels, m, n, k, dtype, *, cast_weight: bool = False, count: int = 1) -> None:
+    """A linear layer forward: the GEMM (+ autocast's cast of its fp32 weight)."""
+    p.add("gemm", kern.gemm_ms(m, n, k, dtype), kern.k.matmul_floor_ms, 1, count)
+    if cast_weight:
+        g, kn = kern.mem_ms("cast_bf16_fp32", n * k)
+        p.add("memory_bound", g, kern.k.launch_floor_ms * kn, kn, count)
+
+
+def _mem(p: Pass, kern: Kernels, op: str, elements: float, dtype: str = "bfloat16", count: float = 1.0) -> None:
+    g, kn = kern.mem_ms(op, elements, dtype)
+    p.add("memory_bound", g, kern.k.launch_floor_ms * kn, kn, count)
+
+
+def _linear_shapes(inputs: PlanInputs) -> tuple[list, list, list]:
+    """Per-layer (N, K, count) of the attention projections, the dense MLP and one MoE layer's dense parts."""
+    m, tp = inputs.model, inputs.tp
+    H, d = m.hidden, m.head_dim
+    hq, hk = inputs.q_heads_per_gpu, inputs.kv_heads_per_gpu
+    dv = m.v_head_dim or d
+    if m.kv_lora_rank:  # MLA: its down/up projections as one equivalent GEMM of the same weights (5 launches)
+        attn = [(max(1, cdiv(m._attention_matmul_params(), tp) // H), H, 1)]
+        attn += [(1, 1, 4)]  # the other four launches (their FLOPs are in the equivalent GEMM)
+    elif m.fused_qkv:
+        attn = [((hq + 2 * hk) * d, H, 1), (H, hq * dv, 1)]
+    else:
+        attn = [(hq * d, H, 1), (hk * d, H, 1), (hk * dv, H, 1), (H, hq * dv, 1)]
+    F = cdiv(m.ffn, tp)
+    if m.gated_ffn:
+        mlp = [(2 * F, H, 1), (H, F, 1)] if m.fused_gate_up else [(F, H, 2), (H, F, 1)]
+    else:
+        mlp = [(F, H, 1), (H, F, 1)]
+    shared = []
+    if m.shared_experts_ffn:
+        Fs = cdiv(m.shared_experts_ffn, tp)
+        shared = [(Fs, H, 2), (H, Fs, 1)]
+    return attn, mlp, shared
+
+
+def _layer_forward(inputs: PlanInputs, kern: Kernels, T: int, dtype: str, autocast: bool, moe: bool,
+                   core_ms: float, attention_backend: str, core_kernels: int = 3) -> Pass:
+    """One decoder (or encoder) layer's forward over T tokens of one GPU, HF eager."""
+    m = inputs.model
+    p = Pass()
+    H, d = m.hidden, m.head_dim
+    hq, hk = inputs.q_heads_per_gpu, inputs.kv_heads_per_gpu
+    rdt = "float32" if autocast else dtype  # residual stream dtype
+    norm_op = "rmsnorm" if m.norm == "rmsnorm" else "layernorm"
+    attn, mlp, shared = _linear_shapes(inputs)
+    # attention block: norm, projections, (q/k norms), RoPE, core, o_proj, residual add
+    _norm(p, kern, norm_op, T * H, rdt)
+    for n_, k_, c in attn:
+        if n_ > 1:
+            _gemm(p, kern, T, n_, k_, dtype, cast_weight=autocast, count=c)
+        else:
+            p.add("gemm", 0.0, kern.k.matmul_floor_ms, 1, c)
+    if m.qk_norm:
+        _norm(p, kern, "rmsnorm", T * (hq + hk) * d, dtype)
+    if m.kind == "decoder":
+        _mem(p, kern, "rope", T * hq * d, dtype)
+        _mem(p, kern, "rope", T * hk * d, dtype)
+    p.add("attention", core_ms, kern.k.launch_floor_ms * core_kernels, core_kernels)
+    if attention_backend == "eager" and hk < hq:  # repeat_kv: k and v expanded to every query head
+        _mem(p, kern, "copy", 2 * T * hq * d, dtype)
+    _mem(p, kern, "add", T * H, rdt)
+    if m.norms_per_layer >= 4:
+        _norm(p, kern, norm_op, T * H, rdt)
+    # MLP block
+    _norm(p, kern, norm_op, T * H, rdt)
+    if norm_op == "layernorm" and m.kind != "decoder":
+        pass
+    if moe:
+        _moe(p, kern, inputs, T, dtype, autocast, shared)
+    else:
+        for n_, k_, c in mlp:
+            _gemm(p, kern, T, n_, k_, dtype, cast_weight=autocast, count=c)
+        F = cdiv(m.ffn, inputs.tp)
+        _mem(p, kern, "silu_mul" if m.gated_ffn else "copy", T * F, dtype)
+    if m.norms_per_layer >= 4:
+        _norm(p, kern, norm_op, T * H, rdt)
+    _mem(p, kern, "add", T * H, rdt)
+    return p
+
+
+def _norm(p: Pass, kern: Kernels, op: str, elements: float, dtype: str) -> None:
+    if op == "rmsnorm":
+        _mem(p, kern, "rmsnorm", elements, dtype)
+    else:  # LayerNorm: one fused kernel, read + write (+ the fp32 statistics)
+        _mem(p, kern, "copy", elements, dtype)
+
+
+def _moe(p: Pass, kern: Kernels, inputs: PlanInputs, T: int, dtype: str, autocast: bool, shared: list) -> None:
+    """transformers 5.17 grouped_mm experts: router GEMM + softmax/top-k, gather of the routed rows, gate_up over
+    all experts' rows (one grouped GEMM; per-expert M = T·k/E), act·mul, down, weighted scatter back."""
+    m = inputs.model
+    H, E, k = m.hidden, m.experts, m.experts_per_token
+    Fe = cdiv(m.moe_ffn, inputs.tp)
+    local_e = cdiv(E, inputs.ep)
+    rows = T * k
+    _gemm(p, kern, T, E, H, dtype, cast_weight=autocast)
+    _mem(p, kern, "softmax", T * E, "float32", 3)  # softmax, top-k, normalise
+    _mem(p, kern, "copy", rows * H, dtype, 2)  # sort/gather of the routed rows
+    per_expert = max(1, rows // max(local_e, 1))
+    # torch._grouped_mm is not on autocast's lists: under autocast the experts run in their fp32 weights' dtype
+    edt = "float32" if autocast else dtype
+    for n_, k_ in ((2 * Fe, H), (H, Fe)):
+        compute = kern.gemm_ms(per_expert, n_, k_, edt) * local_e
+        weights = local_e * n_ * k_ * _es(edt) / kern.stream_rate() * 1e3
+        p.add("gemm", max(compute, weights), kern.k.matmul_floor_ms, 1)
+    _mem(p, kern, "silu_mul", rows * Fe, dtype)
+    _mem(p, kern, "mul", rows * H, dtype)  # routing weights
+    _mem(p, kern, "add", rows * H, dtype)  # index_add back
+    for n_, k_, c in shared:
+        _gemm(p, kern, T, n_, k_, dtype, cast_weight=autocast, count=c)
+    if shared:
+        _mem(p, kern, "silu_mul", T * cdiv(m.shared_experts_ffn, inputs.tp), dtype)
+
+
+def _backward_of(fwd: Pass, kern: Kernels, gemm_bwd_ms: float, core_bwd_ms: float) -> Pass:
+    """A layer's backward from its forward: two GEMMs per forward GEMM (priced by the caller), memory-bound ops ×
+    BACKWARD_MEMORY_FACTOR, the attention core's backward."""
+    b = Pass()
+    b.add("gemm", gemm_bwd_ms, 0.0, 0)
+    b.add("memory_bound", fwd.gpu.get("memory_bound", 0.0) * BACKWARD_MEMORY_FACTOR, 0.0, 0)
+    b.add("attention", core_bwd_ms, 0.0, 0)
+    b.cpu = fwd.cpu * 2  # every forward launch has about two backward launches (autograd: C++, no Python)
+    b.python = 0.0
+    b.kernels = fwd.kernels * 2
+    return b
+
+
+def _gemm_backward_ms(inputs: PlanInputs, kern: Kernels, T: int, dtype: str, moe: bool,
+                      autocast: bool = False) -> float:
+    attn, mlp, shared = _linear_shapes(inputs)
+    shapes = [s for s in attn if s[0] > 1]
+    if moe:
+        m = inputs.model
+        Fe = cdiv(m.moe_ffn, inputs.tp)
+        local_e = cdiv(m.experts, inputs.ep)
+        per_expert = max(1, T * m.experts_per_token // max(local_e, 1))
+        total = 0.0
+        edt = "float32" if autocast else dtype  # see _moe
+        for n_, k_ in ((2 * Fe, m.hidden), (m.hidden, Fe)):
+            for kind in ("grad_input", "grad_weight"):
+                total += kern.gemm_ms(per_expert, n_, k_, edt, kind) * local_e
+        shapes += shared + [(m.experts, m.hidden, 1)]
+    else:
+        total = 0.0
+        shapes += mlp
+    for n_, k_, c in shapes:
+        total += c * (kern.gemm_ms(T, n_, k_, dtype, "grad_input") + kern.gemm_ms(T, n_, k_, dtype, "grad_weight"))
+    return total
+
+
+def step_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_gpu: int, weights: int,
+               kv_cache: int, constants: KernelConstants, *, unsupported: bool) -> dict:
+    """Per-GPU wall times (ms) and their kernel-class split; see the module docstring."""
+    m = inputs.model
+    kern = Kernels(constants, gpu)
+    recipe = inputs.recipe
+    training = inputs.mode == "training"
+    dtype = recipe.compute_dtype if (training and recipe) else inputs.dtype
+    autocast = bool(training and recipe and recipe.autocast)
+    es = _es(dtype)
+    b, n, H = inputs.batch_per_gpu, inputs.tokens_per_gpu, m.hidden
+    T = b * n
+    V = cdiv(m.vocab, inputs.tp) if m.kind == "decoder" else m.vocab
+    moe_layers = m.moe_layers
+    sync = constants.sync_ms
+    rdt = "float32" if autocast else dtype
+
+    def core(a, which):
+        if unsupported:
+            return 0.0
+        est = getattr(a, which)
+        return (est.time_ms or 0.0) / inputs.cp if est is not None else 0.0
+
+    backend = attn[-1].timing.selected_backend if attn and not unsupported else inputs.backend
+
+    # ---- forward pass (prefill, or the training forward)
+    fwd = Pass()
+    which_fwd = "forward_timing" if training else "timing"
+    per_kind_layers = []
+    for a in attn:  # layers by window; each window group split into dense and MoE layers proportionally
+        frac_moe = moe_layers / m.layers if m.layers else 0.0
+        for moe, count in ((False, a.layers * (1 - frac_moe)), (True, a.layers * frac_moe)):
+            if count <= 0:
+                continue
+            lp = _layer_forward(inputs, kern, T, dtype, autocast, moe, core(a, which_fwd), backend)
+            if a.kv_repeat_bytes:
+                _mem(lp, kern, "copy", a.kv_repeat_bytes / es, dtype)
+            lp.add("host", 0.0, LAYER_PYTHON_MS, 0)  # overlaps the GPU work queued before it
+            fwd.merge(lp, count)
+            per_kind_layers.append((a, moe, count, lp))
+    # model level: embedding gather, (Gemma's scale), final norm, head, masks and rotary set-up
+    _mem(fwd, kern, "copy", T * H, rdt)
+    _norm(fwd, kern, "rmsnorm" if m.norm == "rmsnorm" else "layernorm", T * H, rdt)
+    fwd.add("memory_bound", 0.0, kern.k.launch_floor_ms * 10, 10)  # position ids, cos/sin, mask set-up
+    fwd.add("python", 0.0, MODEL_PYTHON_MS, 0)
+    if m.kind == "decoder":
+        rows = T if (training or inputs.logits == "all") else b
+    else:
+        conv = m.channels * m.patch_size**2
+        _gemm(fwd, kern, max(T - b, 1), H, conv, dtype, cast_weight=autocast)
+        rows = b
+    _gemm(fwd, kern, rows, V, H, dtype, cast_weight=autocast)
+    if training:  # HF's loss: logits.float(), cross_entropy (forward and its backward measured together)
+        _mem(fwd, kern, "cast_bf16_fp32", rows * V)
+        g, kn = kern.mem_ms("cross_entropy_fwd_bwd", rows * V, "float32")
+        fwd.add("memory_bound", g / 3, kern.k.launch_floor_ms * 2, 2)
+
+    result: dict = {}
+    split: dict = {}
+    if not training:
+        prefill_ms = fwd.total(sync)
+        split["prefill"] = fwd.split(sync)
+        step_ms = prefill_ms
+    else:
+        bwd = Pass()
+        for a, moe, count, lp in per_kind_layers:
+            core_fb = core(a, "timing")
+            core_f = core(a, "forward_timing")
+            lb = _backward_of(lp, kern, _gemm_backward_ms(inputs, kern, T, dtype, moe, autocast),
+                              max(core_fb - core_f, 0.0))
+            if autocast:  # AccumulateGrad: the 16-bit weight gradients cast into the fp32 .grad
+                lparams = sum(n_ * k_ * c for n_, k_, c in _linear_shapes(inputs)[0] if n_ > 1)
+                lparams += (cdiv(m._attention_matmul_params(), inputs.tp) if m.kv_lora_rank else 0)
+                ffn_params = (3 if m.gated_ffn else 2) * H * cdiv(m.ffn, inputs.tp)
+                g, kn = kern.mem_ms("cast_bf16_fp32", lparams + ffn_params)
+                lb.add("memory_bound", g, kern.k.launch_floor_ms * 9, 9)
+            if inputs.checkpointing in ("full", "hf"):
+                lb.merge(lp)  # the layer's forward re-run inside its backward
+            elif inputs.checkpointing == "selective":
+                lb.add("attention", core_f, 0.0, 0)
+            bwd.merge(lb, count)
+        # head and loss backward, embedding backward (zeroed V×H gradient + scatter-add)
+        for kind in ("grad_input", "grad_weight"):
+            bwd.add("gemm", kern.gemm_ms(rows, V, H, dtype, kind), kern.k.matmul_floor_ms, 1)
+        g, kn = kern.mem_ms("cross_entropy_fwd_bwd", rows * V, "float32")
+        bwd.add("memory_bound", g * 2 / 3, kern.k.launch_floor_ms * 3, 3)
+        _mem(bwd, kern, "cast_bf16_fp32", rows * V)
+        _mem(bwd, kern, "copy", V * H, "float32" if autocast else dtype)
+        _mem(bwd, kern, "add", T * H, rdt)
+        k_acc = inputs.accumulation_steps
+        opt = Pass()
+        upd_dtype = "float32" if recipe and recipe.optimizer_param_bytes == 4 else dtype
+        opt.add("optimizer", kern.optimizer_ms(inputs.optimizer, upd_dtype, params_gpu), kern.k.launch_floor_ms, 1)
+        if recipe and recipe.grad_scaler:  # unscale_ + inf check: read and write every fp32 gradient
+            _mem(opt, kern, "mul", params_gpu, "float32")
+        if recipe and recipe.master_dtype:  # grads to fp32 masters, masters copied back to the 16-bit weights
+            g, kn = kern.mem_ms("cast_bf16_fp32", params_gpu)
+            opt.add("optimizer", 2 * g, kern.k.launch_floor_ms * kn, kn)
+        fwd_ms, bwd_ms, opt_ms = fwd.total(sync), bwd.total(sync), opt.total(sync)
+        prefill_ms = fwd_ms * k_acc
+        step_ms = k_acc * (fwd_ms + bwd_ms) + opt_ms
+        split["forward"] = fwd.split(sync)
+        split["backward"] = bwd.split(sync)
+        split["optimizer"] = opt.split(sync)
+        result.update(forward_time_ms=k_acc * fwd_ms, backward_time_ms=k_acc * bwd_ms, optimizer_time_ms=opt_ms)
+
+    decode_ms = None
+    if m.kind == "decoder" and not training:
+        dec = Pass()
+        span_total = 0
+        for a in attn:
+            frac_moe = moe_layers / m.layers if m.layers else 0.0
+            S = cdiv(a.span, inputs.cp) if a.window else cdiv(inputs.seq_len, inputs.cp)
+            kv_bytes = 2 * b * inputs.kv_heads_per_gpu * S * m.head_dim * _es(inputs.kv_dtype if inputs.kv_dtype in
+                                                                               DTYPE_BITS else dtype)
+            dcore, dhost = (0.0, 0.0) if unsupported else kern.decode_attention_ms(backend, kv_bytes)
+            span_total += a.layers * S
+            for moe, count in ((False, a.layers * (1 - frac_moe)), (True, a.layers * frac_moe)):
+                if count <= 0:
+                    continue
+                lp = _layer_forward(inputs, kern, b, dtype, False, moe, dcore, backend)
+                g, kn = kern.mem_ms("copy", 2 * kv_bytes / es, dtype)  # DynamicCache.update: torch.cat
+                lp.add("memory_bound", g, kern.k.launch_floor_ms * 2, 2)
+                if backend == "eager" and inputs.kv_heads_per_gpu < inputs.q_heads_per_gpu:
+                    _mem(lp, kern, "copy", kv_bytes / es * inputs.q_heads_per_gpu / inputs.kv_heads_per_gpu, dtype)
+                lp.add("host", 0.0, LAYER_PYTHON_MS + dhost, 0)
+                dec.merge(lp, count)
+        if moe_layers:  # a decode step streams every resident expert's weights the tokens route to
+            pass
+        _mem(dec, kern, "copy", b * H, dtype)
+        _norm(dec, kern, "rmsnorm", b * H, dtype)
+        dec.add("memory_bound", 0.0, kern.k.launch_floor_ms * 10, 10)
+        dec.add("python", 0.0, MODEL_PYTHON_MS, 0)
+        _gemm(dec, kern, b, V, H, dtype)
+        decode_ms = dec.total(sync)
+        split["decode"] = dec.split(sync)
+    result.update(prefill_time_ms=prefill_ms, step_time_ms=step_ms, decode_time_ms_per_token=decode_ms,
+                  time_split=split)
+    # shares of the step (training) or prefill by model part, for the existing share keys
+    return result

@@ -33,7 +33,8 @@ FLAG_OF = {"seq_len": "--seq-len", "batch": "--batch", "dtype": "--dtype", "kv_d
            "precision": "--precision", "optimizer": "--optimizer",
            "torch": "--torch", "sequence_parallel": "--sequence-parallel", "zero": "--zero",
            "micro_batch": "--micro-batch", "persistent_grads": "--persistent-grads", "kv_layout": "--kv-layout",
-           "ep": "--ep"}
+           "ep": "--ep", "gpus_per_node": "--gpus-per-node", "calibration": "--calibration",
+           "gemm_efficiency": "--gemm-efficiency", "hbm_efficiency": "--hbm-efficiency"}
 ARCH_FLAGS = {"layers": "layers", "hidden": "hidden", "heads": "q_heads", "kv_heads": "kv_heads",
               "head_dim": "head_dim", "ffn": "ffn", "vocab": "vocab"}
 
@@ -73,6 +74,12 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     hw.add_argument("--tp", default="1", help="tensor-parallel degree")
     hw.add_argument("--cp", default="1", help="context-parallel degree")
     hw.add_argument("--ep", default="1", help="expert-parallel degree: MoE routed experts split ep ways")
+    hw.add_argument("--gpus-per-node", default="8", help="GPUs per node: larger tp/cp/dp groups use the network")
+    timing = parser.add_argument_group("time model")
+    timing.add_argument("--calibration", default=None,
+                        help="kernel calibration JSON from `python -m validation calibrate` (default: the H200's)")
+    timing.add_argument("--gemm-efficiency", default=None, help="override: GEMMs at this fraction of peak (0-1]")
+    timing.add_argument("--hbm-efficiency", default=None, help="override: streaming at this fraction of HBM (0-1]")
     work.add_argument("--micro-batch", default=None,
                       help="training: sequences per replica per pass; the rest is gradient accumulation")
     work.add_argument("--persistent-grads", action="store_true",
@@ -151,7 +158,9 @@ def inputs_from_args(args: argparse.Namespace) -> PlanInputs:
                           gpu=args.gpu, gpus=args.gpus, tp=args.tp, cp=args.cp, torch_version=args.torch_version,
                           logits=args.logits, sequence_parallel=args.sequence_parallel, zero=args.zero,
                           micro_batch=args.micro_batch, persistent_grads=args.persistent_grads,
-                          kv_layout=args.kv_layout, ep=args.ep)
+                          kv_layout=args.kv_layout, ep=args.ep, gpus_per_node=args.gpus_per_node,
+                          calibration=args.calibration, gemm_efficiency=args.gemm_efficiency,
+                          hbm_efficiency=args.hbm_efficiency)
     except ValueError as exc:
         raise _flagged(exc) from None
 

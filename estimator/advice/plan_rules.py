@@ -150,7 +150,8 @@ def rule_over_budget(ctx: _Context) -> list[Advice]:
                 f"{why_over}; the model state alone ({parts}) is {gib(state)}, {reason}."
                 + (" (Sharding only the optimizer and gradients, ZeRO/FSDP, is the data-parallel alternative.)"
                    if ctx.training else ""),
-                f"Heads, FFN and vocabulary split {tp} ways (tp={tp} on {gpus} GPUs).", after, tp=tp, gpus=gpus))
+                f"Heads, FFN and vocabulary split {tp} ways (tp={tp} on {gpus} GPUs){_comm_note(after, 'tp')}.",
+                after, tp=tp, gpus=gpus))
             ctx.sharded = {"tp": tp, "gpus": gpus}
     out.extend(_expert_parallel(ctx, why_over, state))
     if inputs.batch_per_gpu > 1 and state <= capacity:
@@ -186,6 +187,19 @@ def _checkpointing(ctx: _Context, why_over: str) -> list[Advice]:
         f"activations are: {saved}. The usual rule of thumb is 20–30% more step time; the estimate below "
         "counts the recomputation.",
         f"checkpointing {current} → {level}.", levels[level], checkpointing=level)]
+
+
+def _comm_note(plan: dict | None, kind: str) -> str:
+    """The communication the re-run plan priced (estimator/model/comm.py): its exposed ms and the link it runs
+    over, so that the time after is never quoted without it."""
+    if not plan or not plan.get("communication"):
+        return ""
+    comm = plan["communication"]
+    link = comm.get("links", {}).get(kind)
+    if link is None:
+        return ""
+    where = {"network": "the inter-node network (the group spans nodes)", "nvlink": "NVLink", "pcie": "PCIe"}[link]
+    return f"; the time after includes {ms(comm.get(kind + '_ms', 0.0))} of {kind} communication over {where}"
 
 
 def _parallel_degree(ctx: _Context, field: str) -> tuple[int | None, int | None, dict | None]:
@@ -241,7 +255,7 @@ def _sequence_rules(ctx: _Context, why_over: str, best: dict) -> list[Advice]:
             ctx, "context-parallel", f"Context parallel over {cp} GPUs",
             why + " Context parallel (ring attention) splits the sequence, its activations and KV cache across "
                   "GPUs; it composes with flash/cuDNN.",
-            f"cp {inputs.cp} → {cp} on {gpus} GPUs.", after, cp=cp, gpus=gpus))
+            f"cp {inputs.cp} → {cp} on {gpus} GPUs{_comm_note(after, 'cp')}.", after, cp=cp, gpus=gpus))
     return out
 
 

@@ -201,7 +201,13 @@ def test_decode_is_bandwidth_bound_at_batch_one():
     plan = budget("llama-3-8b", seq_len=8192)
     gpu = get_gpu("h200")
     bytes_read = plan.weights_bytes + plan.kv_cache_bytes + 128256 * (2 + 4)
-    assert plan.decode_time_ms_per_token == pytest.approx(bytes_read / (gpu.hbm_bytes_per_s * HBM_EFFICIENCY) * 1e3)
+    # the device streams weights + KV cache at about the HBM efficiency; HF's eager host side (launches, Python per
+    # layer: estimator/model/step_time.py) is slower still at batch 1, so the step is at least the stream
+    split = plan.time_split["decode"]
+    device = split["gemm"] + split["attention"] + split["memory_bound"]
+    stream = bytes_read / (gpu.hbm_bytes_per_s * HBM_EFFICIENCY) * 1e3
+    assert 0.8 * stream < device < 2.0 * stream  # + per-kernel floors and the KV-cache torch.cat
+    assert plan.decode_time_ms_per_token >= device
     assert plan.decode_tokens_per_s == pytest.approx(1e3 / plan.decode_time_ms_per_token)
 
 
@@ -389,7 +395,10 @@ def test_micro_batches_bound_activations_and_multiply_time():
     assert inputs("llama-2-7b", mode="training", batch=8, micro_batch=2).accumulation_steps == 4
     assert micro.activation_bytes == two.activation_bytes < full.activation_bytes
     assert micro.training_step_flops == full.training_step_flops  # same work, in four passes
-    assert micro.step_time_ms > two.step_time_ms * 3.5
+    # four forward+backward passes, one optimizer step (measured per parameter: the same in both)
+    opt = sum(micro.time_split["optimizer"].values())
+    assert opt == pytest.approx(sum(two.time_split["optimizer"].values()))
+    assert micro.step_time_ms - opt > (two.step_time_ms - opt) * 3.5
     assert make_plan(inputs("llama-2-7b", mode="training", seq_len=2048, batch=8, micro_batch=2,
                             gpu="h200")).max_batch >= 2
 

@@ -1,5 +1,6 @@
 """Whole-model measurements (`python -m validation.hf_models`) against `plan`: for every measured row, the plan
-for the very config the model was built from, and the relative error of its peak.
+for the very config the model was built from, the relative error of its peak, and of its times (prefill,
+training step, decode per token: planned / measured - 1, and how many rows are within 15%).
 
 python -m validation.model_report validation/data/h200_hf_recipes.csv [...] --md REPORT.md [--csv OUT.csv]
 
@@ -59,6 +60,7 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
         planned = plan.total_bytes - CUDA_CONTEXT_BYTES
         rec.update(planned_peak_bytes=planned, plan_fits=plan.fits, plan_error="",
                    planned_params=plan.params)
+        rec.update(_time_columns(row, plan))
         if row["status"] == "ok":
             measured = int(float(row["peak_bytes"]))
             rec.update(measured_peak_bytes=measured, rel_err=round((planned - measured) / measured, 4),
@@ -70,6 +72,51 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+TIME_TOLERANCE = 0.15  # "within 15%" of the measured time
+# (measured column of validation.hf_models, plan key, mode the row must have)
+TIME_COLUMNS = (("prefill", "time_prefill_ms", "prefill_time_ms", "prefill"),
+                ("step", "time_step_ms", "step_time_ms", "train"),
+                ("decode", "decode_ms_per_token", "decode_time_ms_per_token", "prefill"))
+
+
+def _time_columns(row: dict, plan) -> dict:
+    """measured_*, planned_* and *_err (planned / measured - 1) for prefill, step and decode per token. A time of
+    one call only (n_timed 1: flex_attention's first call includes compiling, hf_models.py) is not steady state
+    and is left out."""
+    out = {}
+    steady = str(row.get("n_timed", "")) not in ("1", "1.0")
+    for name, col, key, mode in TIME_COLUMNS:
+        if row["mode"] != mode or row["status"] != "ok":
+            continue
+        value = row.get(col, "")
+        planned = getattr(plan, key)
+        if value in ("", None) or planned is None or not steady:
+            continue
+        measured = float(value)
+        if measured <= 0:
+            continue
+        out[f"measured_{name}_ms"] = measured
+        out[f"planned_{name}_ms"] = round(float(planned), 4)
+        out[f"{name}_err"] = round(float(planned) / measured - 1, 4)
+    return out
+
+
+def time_summary(result: pd.DataFrame) -> list[str]:
+    """One line per time column: rows, median |error|, rows within 15%."""
+    lines = []
+    for name, *_ in TIME_COLUMNS:
+        col = f"{name}_err"
+        if col not in result:
+            continue
+        err = result[col].dropna().astype(float)
+        if not len(err):
+            continue
+        within = int((err.abs() <= TIME_TOLERANCE).sum())
+        lines.append(f"{name} time: {len(err)} rows, median |error| {err.abs().median():.1%}, within 15% "
+                     f"{within}/{len(err)} ({within / len(err):.0%}), median planned/measured {1 + err.median():.2f}.")
+    return lines
+
+
 def markdown(result: pd.DataFrame, sources: list[str]) -> str:
     lines = [f"# Whole models on the GPU against `plan` ({', '.join(sources)})", "",
              "Regenerate: `python -m validation.model_report " + " ".join(sources) + " --md THIS.md`", ""]
@@ -78,6 +125,7 @@ def markdown(result: pd.DataFrame, sources: list[str]) -> str:
         good = ok["within_tolerance"] == True  # noqa: E712 - pandas column
         lines.append(f"Peak within max(3%, 2 MiB): {int(good.sum())}/{len(ok)} rows that ran; "
                      f"median |error| {ok['rel_err'].abs().median():.1%}, worst {ok['rel_err'].abs().max():.1%}.")
+    lines += time_summary(result)
     oom = result[result["status"] == "oom"]
     if len(oom):
         called = int((oom["plan_fits"] == False).sum())  # noqa: E712
@@ -86,7 +134,8 @@ def markdown(result: pd.DataFrame, sources: list[str]) -> str:
     if len(errors):
         lines.append(f"Rows the planner refused: {len(errors)} ({errors['plan_error'].iloc[0]}).")
     lines += ["", "| family | layers | attention | mode | precision | optimizer | ckpt | n | batch | status "
-              "| measured GiB | plan GiB | error |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| measured GiB | plan GiB | error | time measured / plan ms | time error |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result.to_dict("records"):
         def gib(v):
             return "" if v is None or pd.isna(v) else f"{v / 2**30:.2f}"
@@ -97,8 +146,19 @@ def markdown(result: pd.DataFrame, sources: list[str]) -> str:
         lines.append(f"| {r['family']} | {r['layers']} | {r['attn_implementation']} | {r['mode']} | "
                      f"{r['precision']} | {r['optimizer']} | {r['checkpointing']} | {r['seq_len']} | {r['batch']} | "
                      f"{r['status']} | {gib(r.get('measured_peak_bytes'))} | {gib(r.get('planned_peak_bytes'))} | "
-                     f"{err} |")
+                     f"{err} | {_time_cell(r)} |")
     return "\n".join(lines) + "\n"
+
+
+def _time_cell(r: dict) -> str:
+    cells, errs = [], []
+    for name, *_ in TIME_COLUMNS:
+        m, p, e = r.get(f"measured_{name}_ms"), r.get(f"planned_{name}_ms"), r.get(f"{name}_err")
+        if m is None or pd.isna(m):
+            continue
+        cells.append(f"{name} {m:,.1f} / {p:,.1f}")
+        errs.append(f"{e:+.0%}")
+    return " ; ".join(cells) + " | " + " ; ".join(errs)
 
 
 def main(argv: list[str] | None = None) -> int:

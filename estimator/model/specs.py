@@ -21,11 +21,11 @@ transformers allocates). docs/architectures.md lists, per family, what is counte
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from estimator.call.config import MAX_DIM, MAX_SEQ_LEN, check_positive_int
+from estimator.textfile import MAX_CONFIG_BYTES, read_json_limited
 
 KINDS = ("decoder", "encoder")
 NORMS = ("rmsnorm", "layernorm")
@@ -631,6 +631,19 @@ def _hf_int(cfg: dict, key: str, default=None) -> int:
     return check_positive_int(f"config {key}", value, 1 << 24)
 
 
+def _hf_bool(cfg: dict, key: str, default):
+    """A JSON boolean; the strings "true"/"false" (any case) read as such; null or absent: default. Anything
+    else (1, "yes", a list) is refused by name rather than read by Python truthiness ("false" is truthy)."""
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ValueError(f"config {key}: expected true or false, got {value!r}")
+
+
 def _hf_count(cfg: dict, key: str) -> int:
     """A whole number >= 0 (null or absent: 0)."""
     value = cfg.get(key)
@@ -654,14 +667,7 @@ def from_hf_config(path_or_dict, name: str | None = None) -> ModelSpec:
         raise ValueError(f"config: expected a path or a JSON object, got {type(path_or_dict).__name__}")
     else:
         path = Path(path_or_dict)
-        try:
-            cfg = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ValueError(f"config: file not found: {path}") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ValueError(f"config: cannot read {path}: {exc}") from None
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"config: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        cfg = read_json_limited(path, MAX_CONFIG_BYTES, "config")
         label = name or path.parent.name or path.stem
     if not isinstance(cfg, dict):
         raise ValueError("config: expected a JSON object at the top level")
@@ -681,11 +687,10 @@ def from_hf_config(path_or_dict, name: str | None = None) -> ModelSpec:
     hidden = _hf_int(cfg, "hidden_size")
     heads = _hf_int(cfg, "num_attention_heads")
     kv_heads = _hf_int(cfg, "num_key_value_heads", heads)
-    tied = cfg.get("tie_word_embeddings")
-    tied = defaults["tie_word_embeddings"] if tied is None else bool(tied)
+    tied = _hf_bool(cfg, "tie_word_embeddings", defaults["tie_word_embeddings"])
     act = str(cfg.get("hidden_act", cfg.get("hidden_activation", "silu"))).lower()
     gated = model_type in _HF_DEFAULTS or act in ("silu", "swish", "gelu_pytorch_tanh")
-    bias = cfg.get("attention_bias")
+    bias = _hf_bool(cfg, "attention_bias", None)
     kw: dict = {}
     if model_type in ("deepseek_v2", "deepseek_v3"):
         kw.update(_mla_from_hf(cfg, heads))
@@ -702,8 +707,8 @@ def from_hf_config(path_or_dict, name: str | None = None) -> ModelSpec:
         ffn=_hf_int(cfg, "intermediate_size"), vocab=_hf_int(cfg, "vocab_size"), gated_ffn=gated,
         tied_embeddings=tied, window_per_layer=_hf_windows(cfg, layers, defaults, model_type),
         norms_per_layer=defaults.get("norms_per_layer", 2),
-        qkv_bias=bool(bias if bias is not None else cfg.get("qkv_bias", defaults.get("qkv_bias", False))),
-        out_bias=bool(bias), mlp_bias=bool(cfg.get("mlp_bias", False)),
+        qkv_bias=bias if bias is not None else _hf_bool(cfg, "qkv_bias", defaults.get("qkv_bias", False)),
+        out_bias=bool(bias), mlp_bias=_hf_bool(cfg, "mlp_bias", False),
         max_positions=cfg.get("max_position_embeddings"), attn_logit_softcap=cfg.get("attn_logit_softcapping"),
         fused_qkv=bool(defaults.get("fused")), fused_gate_up=bool(defaults.get("fused")),
         qk_norm=bool(defaults.get("qk_norm")), attention_sinks=bool(defaults.get("attention_sinks")),
@@ -752,7 +757,7 @@ def _hf_windows(cfg: dict, layers: int, defaults: dict, model_type: str = "") ->
     """Per-layer sliding windows: `layer_types` if present, else Gemma-3's sliding_window_pattern (every n-th layer
     global), else Gemma-2 alternation, else Qwen2's max_window_layers, else one window for all."""
     window = cfg.get("sliding_window")
-    if cfg.get("use_sliding_window") is False or not window:
+    if _hf_bool(cfg, "use_sliding_window", None) is False or not window:
         return (None,) * layers
     window = check_positive_int("config sliding_window", window, MAX_SEQ_LEN)
     types = cfg.get("layer_types")
@@ -779,7 +784,7 @@ def _vit_from_hf(cfg: dict, label: str) -> ModelSpec:
     if hidden % heads:
         raise ValueError(f"config: hidden_size {hidden} is not divisible by num_attention_heads {heads}")
     classes = len(cfg["id2label"]) if isinstance(cfg.get("id2label"), dict) else cfg.get("num_labels", 1000)
-    bias = bool(cfg.get("qkv_bias", True))
+    bias = _hf_bool(cfg, "qkv_bias", True)
     return ModelSpec(name=label, kind="encoder", layers=_hf_int(cfg, "num_hidden_layers"), hidden=hidden,
                      q_heads=heads, kv_heads=heads, head_dim=hidden // heads, ffn=_hf_int(cfg, "intermediate_size"),
                      vocab=check_positive_int("config num_labels", classes, 1 << 24), gated_ffn=False,

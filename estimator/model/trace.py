@@ -18,6 +18,7 @@ from pathlib import Path
 from estimator.call.config import MAX_SEQ_LEN
 from estimator.model.budget import budget
 from estimator.model.inputs import PlanInputs
+from estimator.textfile import MAX_TRACE_BYTES, read_text_limited
 
 COLUMNS = ("seq_len", "n", "tokens")
 PERCENTILES = (50, 90, 99)
@@ -66,14 +67,10 @@ def _length(cell: str) -> int | None:
 
 
 def load_trace(path) -> tuple[list[int], list[str]]:
-    """Read a trace file; ValueError naming the file on a missing, unreadable or malformed file."""
+    """Read a trace file (at most MAX_TRACE_BYTES, checked before parsing); ValueError naming the file on a
+    missing, unreadable, oversized or malformed file."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise ValueError(f"trace: file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"trace: cannot read {path}: {exc}") from None
+    text = read_text_limited(path, MAX_TRACE_BYTES, "trace")
     return parse_trace(text, source=f"trace {path.name}")
 
 

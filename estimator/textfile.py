@@ -1,0 +1,72 @@
+"""Reading the files the command lines are given, with limits checked before anything is parsed: a size cap
+(a config, a trace or a run's output can be `/dev/zero` or a multi-GB typo) and, for JSON, a nesting-depth cap
+(Python's parser recurses per level). Errors are ValueError with one line that names the file."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from estimator.units import MIB
+
+MAX_CONFIG_BYTES = 4 * MIB  # Hugging Face config.json files are a few kB
+MAX_META_BYTES = 1 * MIB  # a validation run's .meta.json
+MAX_TRACE_BYTES = 256 * MIB  # ~30 M requests of one length per line
+MAX_TABLE_BYTES = 256 * MIB  # a validation run's CSV (read whole by the report)
+MAX_JSON_DEPTH = 64
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+
+
+def read_bytes_limited(path, max_bytes: int, source: str) -> bytes:
+    """The file's bytes; ValueError when it is missing, unreadable, a folder, or larger than max_bytes
+    (read at most max_bytes + 1 bytes, so an endless file stops there)."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise ValueError(f"{source}: file not found: {path}") from None
+    except IsADirectoryError:
+        raise ValueError(f"{source}: {path} is a folder, not a file") from None
+    except OSError as exc:
+        raise ValueError(f"{source}: cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:
+        raise ValueError(f"{source}: {path} is larger than {max_bytes:,} bytes; not a {source} file")
+    return data
+
+
+def read_text_limited(path, max_bytes: int, source: str, encoding: str = "utf-8-sig") -> str:
+    data = read_bytes_limited(path, max_bytes, source)
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{source}: {Path(path)} is not UTF-8 text (byte {exc.start})") from None
+
+
+def json_depth(text: str) -> int:
+    """Deepest nesting of [ and { outside strings (a scan, no recursion)."""
+    depth = deepest = 0
+    for ch in _JSON_STRING.sub("", text):
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def parse_json_limited(text: str, source: str, max_depth: int = MAX_JSON_DEPTH):
+    """json.loads after a depth check; ValueError (one line) for invalid or too deeply nested JSON."""
+    if json_depth(text) > max_depth:
+        raise ValueError(f"{source}: JSON nested deeper than {max_depth} levels")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{source} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:  # pragma: no cover - the depth check comes first
+        raise ValueError(f"{source}: JSON nested too deeply") from None
+
+
+def read_json_limited(path, max_bytes: int, source: str, max_depth: int = MAX_JSON_DEPTH):
+    return parse_json_limited(read_text_limited(path, max_bytes, source), f"{source} {Path(path)}", max_depth)

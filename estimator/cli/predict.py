@@ -1,71 +1,194 @@
 """`python -m estimator predict IN.csv -o OUT.csv --gpu NAME [--torch VERSION]` (contract §2).
 
 Rows are validated column-wise; a malformed row gets a one-line `error` and empty predictions and
-never stops the others. Extra input columns are copied through untouched.
+never stops the others. Extra input columns are copied through untouched. The file is streamed in chunks of
+CHUNK_ROWS rows (memory does not grow with the number of rows); a file that cannot be a case list (no header,
+duplicate or missing columns, a line longer than MAX_LINE_CHARS) is a one-line error and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import io
+import re
 import sys
+from collections.abc import Iterator
 
+import numpy as np
 import pandas as pd
 
 from estimator.call import backends
-from estimator.call.table import ROW_ERROR, predict_frame
+from estimator.call.table import check_columns, predict_frame
 from estimator.hardware import get_gpu
+
+CHUNK_ROWS = 50_000
+MAX_FIELD_CHARS = 131_072  # a longer cell makes its row an error (Python's csv default limit)
+MAX_LINE_CHARS = 1 << 24  # a longer physical line (or an endless file such as /dev/zero) stops the file
+_UNDECODABLE = re.compile("[\udc80-\udcff]")  # bytes that were not UTF-8, kept by surrogateescape
+
+
+def _lines(fh, source: str) -> Iterator[str]:
+    """Physical lines, none longer than MAX_LINE_CHARS (readline with a limit: an endless line stops there)."""
+    number = 0
+    while True:
+        line = fh.readline(MAX_LINE_CHARS)
+        if not line:
+            return
+        number += 1
+        if len(line) >= MAX_LINE_CHARS and not line.endswith("\n"):
+            raise ValueError(f"{source}: line {number} is longer than {MAX_LINE_CHARS:,} characters")
+        yield line
+
+
+def _row_error(cells: list[str], width: int, record: int) -> str:
+    if _UNDECODABLE.search("".join(cells)):
+        return f"row {record}: not UTF-8 text"
+    if len(cells) != width:
+        return f"row {record}: expected {width} fields, got {len(cells)}"
+    if any(len(cell) > MAX_FIELD_CHARS for cell in cells):
+        return f"row {record}: a field is longer than {MAX_FIELD_CHARS:,} characters"
+    return ""
+
+
+def _clean(cell: str) -> str:
+    """A cell that held non-UTF-8 bytes, with those bytes shown as U+FFFD (the output is UTF-8)."""
+    return cell.encode("utf-8", "surrogateescape").decode("utf-8", "replace") if _UNDECODABLE.search(cell) else cell
+
+
+def read_csv_chunks(path, chunk_rows: int = CHUNK_ROWS) -> tuple[list[str], Iterator[tuple[pd.DataFrame,
+                                                                                          np.ndarray]]]:
+    """The header, and an iterator of (frame of text cells, per-row reader errors) of at most chunk_rows rows.
+    The header is checked at once (ValueError, one line); rows the reader garbles (wrong field count, bytes that
+    are not UTF-8, an over-long field) get an error of their own. A UTF-8 BOM is dropped."""
+    fh = open(path, encoding="utf-8-sig", errors="surrogateescape", newline="")  # noqa: SIM115 - closed by rows()
+    previous = csv.field_size_limit()
+    try:
+        csv.field_size_limit(MAX_LINE_CHARS)
+        reader = csv.reader(_lines(fh, "input CSV"))
+        header = next(reader, None)
+    except csv.Error as exc:
+        fh.close()
+        raise ValueError(f"input CSV: unreadable header ({exc})") from None
+    except BaseException:
+        fh.close()
+        raise
+    finally:
+        csv.field_size_limit(previous)
+    if not header:
+        fh.close()
+        raise ValueError("input CSV: empty file (no header row)")
+    if _UNDECODABLE.search("".join(header)):
+        fh.close()
+        raise ValueError("input CSV: the header row is not UTF-8 text")
+    try:
+        check_columns(header)
+    except ValueError:
+        fh.close()
+        raise
+    width = len(header)
+
+    def rows() -> Iterator[tuple[pd.DataFrame, np.ndarray]]:
+        previous = csv.field_size_limit()
+        record, yielded = 1, False
+        try:
+            csv.field_size_limit(MAX_LINE_CHARS)
+            while True:
+                cells, errors = [], []
+                for raw in reader:
+                    record += 1
+                    if not raw:
+                        continue  # a blank line is no row (as pyarrow's reader and pandas skip it)
+                    error = _row_error(raw, width, record)
+                    if error:
+                        raw = [_clean(c)[:MAX_FIELD_CHARS] for c in raw]
+                    cells.append((raw + [""] * width)[:width])
+                    errors.append(error)
+                    if len(cells) >= chunk_rows:
+                        break
+                if not cells and yielded:
+                    return
+                yielded = True
+                yield pd.DataFrame(cells, columns=header, dtype=object), np.asarray(errors, dtype=object)
+                if len(cells) < chunk_rows:
+                    return
+        except csv.Error as exc:
+            raise ValueError(f"input CSV: unreadable after row {record} ({exc})") from None
+        finally:
+            csv.field_size_limit(previous)
+            fh.close()
+
+    return header, rows()
 
 
 def read_csv_text(path) -> pd.DataFrame:
-    """Every column as text, nothing turned into NaN (so extra columns go back out untouched).
-    pyarrow's reader when available (several times faster on 100k rows); Python's csv module when a row
-    has the wrong number of fields, so that only that row gets an error."""
-    with open(path, newline="") as fh:
-        header = next(csv.reader(fh), None)
-    if not header:
-        raise ValueError("input CSV: empty file (no header row)")
-    try:
-        import pyarrow as pa
-        from pyarrow import csv as pacsv
-        table = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(
-            column_types={name: pa.string() for name in header}, strings_can_be_null=False, null_values=[]))
-        return table.to_pandas()
-    except ImportError:
-        pass
-    except pa.ArrowInvalid:
-        pass
-    with open(path, newline="") as fh:
-        rows = list(csv.reader(fh))[1:]
-    width = len(header)
-    errors = [f"row {i + 2}: expected {width} fields, got {len(r)}" if len(r) != width else ""
-              for i, r in enumerate(rows)]
-    df = pd.DataFrame([(r + [""] * width)[:width] for r in rows], columns=header, dtype=object)
-    if any(errors):
-        df[ROW_ERROR] = errors
+    """The whole file as text cells (for callers that want one frame); reader errors in an `error` column."""
+    _header, chunks = read_csv_chunks(path)
+    frames, errors = zip(*chunks, strict=True)
+    df = pd.concat(frames, ignore_index=True)
+    joined = np.concatenate(errors)
+    if (joined != "").any():
+        df["error"] = joined
     return df
 
 
-def write_csv(df: pd.DataFrame, path) -> None:
-    """pyarrow's writer when available (unquoted, or quoted throughout if any value holds a comma,
-    quote or newline), pandas' otherwise."""
+def _csv_bytes(df: pd.DataFrame, header: bool) -> bytes:
+    """One chunk as CSV bytes, LF line ends throughout: pyarrow's writer when available (unquoted, or quoted
+    throughout if any value holds a comma, quote or newline), pandas' otherwise."""
+    buffer = io.StringIO()
+    if header:
+        csv.writer(buffer, lineterminator="\n").writerow(df.columns)  # pyarrow would quote every header name
+    head = buffer.getvalue().encode("utf-8")
     try:
         import pyarrow as pa
         from pyarrow import csv as pacsv
     except ImportError:
-        df.to_csv(path, index=False)
-        return
+        return head + df.to_csv(index=False, header=False, lineterminator="\n").encode("utf-8")
     table = pa.Table.from_pandas(df, preserve_index=False)
     for quoting in ("none", "needed"):
+        sink = io.BytesIO()
         try:
-            with open(path, "w", newline="") as fh:
-                csv.writer(fh).writerow(df.columns)  # pyarrow would quote every header name
-            with open(path, "ab") as fh:
-                pacsv.write_csv(table, fh, write_options=pacsv.WriteOptions(include_header=False,
-                                                                            quoting_style=quoting))
-            return
+            pacsv.write_csv(table, sink, write_options=pacsv.WriteOptions(include_header=False,
+                                                                          quoting_style=quoting))
         except pa.ArrowInvalid:
             continue
+        return head + sink.getvalue()
+    raise ValueError("output: a value cannot be written as CSV")  # pragma: no cover - "needed" quotes anything
+
+
+def predict_file(src, dst, gpu: str, torch_version: str = backends.DEFAULT_TORCH,
+                 chunk_rows: int = CHUNK_ROWS) -> int:
+    """Stream src through predict_frame into dst, chunk by chunk; returns the number of rows."""
+    get_gpu(gpu)
+    torch_version = backends.check_torch_version(torch_version)
+    _header, chunks = read_csv_chunks(src, chunk_rows)
+    rows = 0
+    try:
+        out = open(dst, "wb")  # noqa: SIM115 - closed below, also when a chunk fails
+    except IsADirectoryError:
+        raise ValueError(f"-o {dst}: is a folder; give a file name") from None
+    except FileNotFoundError:
+        raise ValueError(f"-o {dst}: the folder does not exist") from None
+    with out:
+        first = next(chunks)  # always one, an empty frame for a file with no rows
+        second = next(chunks, None)
+        # One chunk: an `error` column only when a row has an error (as ever). Several: always, so that every
+        # chunk writes the same columns.
+        several = second is not None
+
+        def all_chunks():
+            yield first
+            if several:
+                yield second
+                yield from chunks
+
+        for df, errors in all_chunks():
+            result = predict_frame(df, gpu, torch_version, row_errors=errors)
+            if several and "error" not in result.columns:
+                result["error"] = ""
+            out.write(_csv_bytes(result, header=rows == 0))
+            rows += len(df)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,12 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--torch", default=backends.DEFAULT_TORCH, help="PyTorch version modelled (2.11, 2.13)")
     args = parser.parse_args(argv)
     try:
-        get_gpu(args.gpu)
-        backends.check_torch_version(args.torch)
-        df = read_csv_text(args.input)
-        result = predict_frame(df, args.gpu, args.torch)
-    except (ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        predict_file(args.input, args.output, args.gpu, args.torch)
+    except ValueError as exc:
+        print(f"error: {(str(exc).splitlines() or ['invalid input'])[0]}", file=sys.stderr)
         return 2
-    write_csv(result, args.output)
+    except OSError as exc:
+        where = exc.filename or args.output
+        print(f"error: {where}: {exc.strerror or str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
     return 0

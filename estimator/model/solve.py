@@ -1,8 +1,12 @@
 """Solvers over `budget`: the largest seq_len for a batch, the largest batch for a seq_len, and the smallest
 catalog GPU (and how many of it) that fit a plan.
 
-Each is a binary search that assumes the total bytes grow with seq_len and with batch (true of every term in
-plan.py). About 25 budget() evaluations per search; bench/bench_plan.py times them.
+Each is a binary search over `fits`, corrected for memory that is not monotone: padding makes a plan at an
+unaligned size cost more than at the next aligned one (a memory-efficient call with a mask pads it to 16
+columns; the flash split count jumps; tests/test_solve.py shows dips of up to 35 % between n and n + 1). The
+answer is the largest size that fits *with every smaller size checked where dips occur*: the PAD_WINDOW sizes
+just below it and the sizes one below each 2^k and 1.5·2^k. A failure there lowers the bound and the search
+runs again. About 25 budget() evaluations per search plus ~70 for the checks; bench/bench_plan.py times them.
 """
 
 from __future__ import annotations
@@ -55,9 +59,41 @@ def _largest(fits, low: int, high: int, start: int) -> int:
     return ok
 
 
+PAD_WINDOW = 16  # sizes just below an answer that padding can make dearer than the answer itself
+
+
+def dip_points(x: int, low: int) -> list[int]:
+    """Sizes below x, nearest first, where non-monotone memory peaks: the PAD_WINDOW - 1 sizes below x and one
+    below each 2^k and 1.5·2^k (the most unaligned sizes), all ≥ low."""
+    points = list(range(x - 1, max(low, x - PAD_WINDOW) - 1, -1))
+    k = 1
+    while (1 << k) <= x:
+        for edge in ((1 << k) - 1, (3 << (k - 1)) - 1):
+            if low <= edge < x - PAD_WINDOW + 1 and edge not in points:
+                points.append(edge)
+        k += 1
+    return sorted(set(points), reverse=True)
+
+
+def _largest_prefix(fits, low: int, high: int, start: int) -> int:
+    """Like _largest, for a fits that need not be monotone: the largest x that fits and whose dip points
+    (dip_points) fit too; low - 1 when none does."""
+    while True:
+        found = _largest(fits, low, high, start)
+        if found < low:
+            return found
+        failing = next((p for p in dip_points(found, low) if not fits(p)), None)
+        if failing is None:
+            return found
+        high = start = failing - 1
+        if high < low:
+            return low - 1
+
+
 def max_seq_len(inputs: PlanInputs, limit: int = MAX_SEQ_LEN) -> int:
-    """Largest seq_len (≥ cp) that fits at this batch; 0 when even the shortest does not fit."""
-    found = _largest(lambda n: _fits(inputs, seq_len=n), inputs.cp, limit, inputs.seq_len)
+    """Largest seq_len (≥ cp) that fits at this batch, every shorter one at the dip points fitting too; 0 when
+    even the shortest does not fit."""
+    found = _largest_prefix(lambda n: _fits(inputs, seq_len=n), inputs.cp, limit, inputs.seq_len)
     return max(found, 0) if found >= inputs.cp else 0
 
 
@@ -66,10 +102,10 @@ def max_batch(inputs: PlanInputs, limit: int = MAX_BATCH) -> int:
     (gradient accumulation) memory does not grow with the batch: then the largest batch that fits without
     accumulation, i.e. the largest micro-batch × data-parallel replicas."""
     if inputs.mode == "training" and inputs.micro_batch is not None:
-        micro = _largest(lambda mb: _fits(inputs, micro_batch=mb, batch=mb * inputs.dp), 1, limit,
-                         inputs.micro_batch)
+        micro = _largest_prefix(lambda mb: _fits(inputs, micro_batch=mb, batch=mb * inputs.dp), 1, limit,
+                                inputs.micro_batch)
         return max(micro, 0) * inputs.dp
-    return max(_largest(lambda bt: _fits(inputs, batch=bt), 1, limit, inputs.batch), 0)
+    return max(_largest_prefix(lambda bt: _fits(inputs, batch=bt), 1, limit, inputs.batch), 0)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -96,8 +96,8 @@ def test_oom_from_measure_is_recorded_memory_freed_and_sweep_goes_on(tmp_path, f
 
 
 def test_case_predicted_beyond_free_memory_is_skipped_unless_forced(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "estimator.call.table", fake_predict_module(peak_bytes=1 << 60))
-    monkeypatch.setattr(runner, "free_bytes", lambda device: 8 << 30)
+    monkeypatch.setitem(sys.modules, "estimator.call.table", fake_predict_module(peak_bytes=1))
+    monkeypatch.setattr(runner, "free_bytes", lambda device: 4096)  # the CPU guard uses the math path's peak
     rows = number([case("math", "float32", **SMALL)], "t")
     ran = []
 
@@ -112,16 +112,109 @@ def test_case_predicted_beyond_free_memory_is_skipped_unless_forced(tmp_path, mo
     assert read_out(tmp_path / "b.csv")[0]["status"] == "ok" and len(ran) == 1
 
 
-def test_skip_reason_uses_inputs_plus_peak_and_margin():
+def test_guard_need_on_cuda_is_inputs_plus_predicted_peak():
     call = call_from_row(case("math", "bfloat16", batch=1, q_heads=1, head_dim=64, q_len=1024))
     inputs = input_bytes(call)
     assert inputs == 3 * 1024 * 64 * 2
-    opts = RunOptions(margin_fraction=0.0, margin_bytes=0)
-    pred = {"predicted_peak_extra_bytes": 1000, "predicted_supported": True}
-    assert runner.skip_reason(call, pred, opts, free=inputs + 1000) == ""
-    assert runner.skip_reason(call, pred, opts, free=inputs + 999) != ""
-    # no prediction: a generous bound is used, never "run blind"
-    assert runner.skip_reason(call, {}, opts, free=inputs + 1000) != ""
+    pred = {"predicted_peak_extra_bytes": 1000, "predicted_supported": True, "predicted_time_ms": 2.0}
+    assert runner.guard_need(call, pred, "cuda", "h200") == (inputs + 1000, 0.002)
+    # no prediction, or "unsupported": the requested backend's sequence as if it ran, never "run blind"
+    for blind in ({}, {"predicted_supported": "false", "predicted_peak_extra_bytes": ""}):
+        assert runner.guard_need(call, blind, "cuda", "h200")[0] > inputs + 1024 * 1024 * 2
+
+
+def test_cpu_guard_uses_the_math_path_not_the_gpu_prediction():
+    # The issue's row: 4 MiB predicted on the GPU (flash); the process grew to 5.1 GB on a CPU (math, dropout).
+    call = call_from_row(case("auto", "bfloat16", batch=1, q_heads=2, kv_heads=2, head_dim=64, q_len=16384,
+                              dropout=0.1))
+    pred = {"predicted_peak_extra_bytes": 4 << 20, "predicted_supported": True, "predicted_time_ms": 0.5}
+    need, seconds = runner.guard_need(call, pred, "cpu", "h200")
+    assert need > 6 * 10**9 and seconds > 0
+    opts = RunOptions(margin_fraction=0.0, margin_bytes=0, timeout_s=0)
+    assert "exceeds free cpu memory" in runner.skip_reason(call, pred, opts, free=4 * 10**9)
+    assert runner.skip_reason(call, pred, opts, free=need) == ""
+    # a predicted-time cap on the CPU as well
+    assert "exceeds --timeout-s" in runner.skip_reason(call, pred, RunOptions(timeout_s=seconds), free=1 << 50)
+
+
+def test_bool_mask_temporary_is_in_the_need():
+    plain = call_from_row(case("math", "float32", batch=1, q_heads=1, head_dim=16, q_len=4096))
+    masked = call_from_row(case("math", "float32", batch=1, q_heads=1, head_dim=16, q_len=4096, mask="bool"))
+    pred = {"predicted_peak_extra_bytes": 0}
+    extra = runner.guard_need(masked, pred, "cuda", "h200")[0] - runner.guard_need(plain, pred, "cuda", "h200")[0]
+    assert extra == 4096 * 4096 * (1 + 4)  # the bool mask and its fp32 rand temporary
+
+
+def test_absent_cpu_backends_are_unsupported_without_running(tmp_path, fake_predict):
+    rows = number([case("efficient", "float32", **SMALL), case("cudnn", "float32", **SMALL)], "t")
+    ran = []
+    sweep(list(rows[0]), rows, str(tmp_path / "u.csv"), RunOptions(),
+          measure_fn=lambda call, device, repeats: ran.append(call) or {"status": "ok"})
+    assert [r["status"] for r in read_out(tmp_path / "u.csv")] == ["unsupported"] * 2 and not ran
+
+
+def test_cpu_allocation_failure_is_oom(tmp_path, fake_predict):
+    def measure(call, device, repeats):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 17179869184 bytes. Error code 12 (Cannot allocate memory)")
+
+    rows = number([case("math", "float32", **SMALL)], "t")
+    sweep(list(rows[0]), rows, str(tmp_path / "m.csv"), RunOptions(), measure_fn=measure)
+    assert read_out(tmp_path / "m.csv")[0]["status"] == "oom"
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), -1.0, 1e12])
+def test_timeout_must_be_a_finite_number_of_seconds(value):
+    with pytest.raises(ValueError, match="timeout_s"):
+        RunOptions(timeout_s=value)
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-3"])
+def test_cli_timeout_inf_nan_is_a_one_line_error(tmp_path, value, capsys):
+    inp = write_cases(tmp_path, [case("math", "float32", **SMALL)])
+    assert main(["run", "--in", str(inp), "--out", str(tmp_path / "o.csv"), "--timeout-s", value]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: timeout_s") and "\n" not in err
+
+
+def slow_measure(call, device, repeats):  # module level: the watchdog's child imports it by name
+    """One long operation for q_len 128 (an 8192² matmul on one thread: ~1 TFLOP), quick otherwise."""
+    if call.q_len == 128:
+        torch.set_num_threads(1)
+        a = torch.ones(8192, 8192)
+        a @ a  # noqa: B018 - SIGALRM would land only after this returns
+    return {"status": "ok", "measured_peak_extra_bytes": 1}
+
+
+def test_watchdog_stops_a_case_mid_operation_and_the_next_case_runs():
+    worker = runner.CaseWorker("cpu", measure_ref="tests.test_validation_runner:slow_measure")
+    opts = RunOptions(timeout_s=1.0)
+    try:
+        worker._start()
+        t0 = time.monotonic()
+        hung = worker.measure(call_from_row(case("math", "float32", batch=1, q_heads=1, head_dim=16, q_len=128)),
+                              opts)
+        stopped_after = time.monotonic() - t0
+        assert hung["status"] == "error" and "watchdog" in hung["error"]
+        assert stopped_after < 10  # not a speed check: the matmul alone takes longer than this
+        assert worker.measure(call_from_row(case("math", "float32", **SMALL)), opts)["status"] == "ok"
+    finally:
+        worker.stop()
+
+
+def test_a_child_killed_by_sigkill_is_oom():
+    worker = runner.CaseWorker("cpu", measure_ref="tests.test_validation_runner:killed_measure")
+    try:
+        result = worker.measure(call_from_row(case("math", "float32", **SMALL)), RunOptions(timeout_s=60))
+        assert result["status"] == "oom" and "SIGKILL" in result["error"]
+    finally:
+        worker.stop()
+
+
+def killed_measure(call, device, repeats):  # what the kernel's OOM killer does to a process
+    import os
+    import signal
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def test_per_case_time_limit_turns_a_hung_case_into_an_error_row(tmp_path, fake_predict):

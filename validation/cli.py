@@ -53,7 +53,13 @@ def _run(args) -> int:
     return 0
 
 
+MAX_GRID_CASES = 100_000
+MAX_WORST = 10_000
+
+
 def _grid(args) -> int:
+    if not 1 <= args.n <= MAX_GRID_CASES:
+        raise ValueError(f"--n: expected a number of cases in [1, {MAX_GRID_CASES:,}], got {args.n}")
     from validation import grid
     from validation.case_lists import make_grid
     rows = make_grid(args.kind, seed=args.seed, n=args.n, dtype=args.dtype, mode=args.mode, stop=args.stop)
@@ -66,6 +72,8 @@ def _report(args) -> int:
     import pandas as pd
 
     from validation.report import build_report, load
+    if not 0 <= args.worst <= MAX_WORST:
+        raise ValueError(f"--worst: expected a number of cases in [0, {MAX_WORST:,}], got {args.worst}")
     loaded = [load(path, gpu=args.gpu, torch_version=args.torch, recorded=args.recorded) for path in args.csv]
     frame = pd.concat([df for df, _ in loaded], ignore_index=True)
     meta = loaded[0][1] if len(loaded) == 1 else {
@@ -146,5 +154,6 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 130
     except OSError as exc:
-        print(f"error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"error: {exc.filename or getattr(args, 'out', None) or ''}: "
+              f"{exc.strerror or str(exc).splitlines()[0]}", file=sys.stderr)
         return 2

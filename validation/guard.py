@@ -52,6 +52,12 @@ def input_bytes(call: AttentionCall) -> int:
     return total
 
 
+def mask_temporary_bytes(call: AttentionCall) -> int:
+    """The fp32 `rand` temporary that make_inputs draws a bool mask from (4 bytes per mask element); it lives
+    beside q, k, v and the bool mask while the inputs are made, so the inputs' own peak is inputs + this."""
+    return 4 * call.batch * call.q_len * call.kv_len if call.mask == "bool" else 0
+
+
 def fallback_peak_bound_bytes(call: AttentionCall) -> int:
     """A generous bound when the estimator has no figure: the math path's dense fp32 score matrices
     (≈4·P4 forward+backward per docs/sdpa-internals.md §1, doubled) plus 16 fp32 q-sized tensors."""

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from estimator.call.config import AttentionCall
+from validation import flex
 from validation.eager import eager_attention
 
 TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -52,14 +53,23 @@ def make_inputs(call: AttentionCall, device: str, seed: int = 0) -> Inputs:
         return torch.randn(*shape, generator=gen, device=device, dtype=dtype).requires_grad_(grad)
 
     q, k, v = rand(B, Hq, L, D), rand(B, Hk, S, D), rand(B, Hk, S, D)
-    mask = None
-    if call.mask == "bool":
+    mask, extra = None, {}
+    if call.backend == "flex":  # a BlockMask from the mask_mod; a new shape compiles afresh (validation/flex.py)
+        flex.reset()
+        extra["block_mask"] = flex.block_mask(call, device)
+    elif call.mask.startswith(("window:", "document:")):  # SDPA and eager: the dense bool mask it implies
+        from torch.nn.attention.flex_attention import create_mask
+
+        kind, number = call.mask.split(":")
+        mod = flex.mask_mod_for(kind, int(number), call.causal, L, S)
+        mask = create_mask(mod, B, 1, L, S, device=device)
+    elif call.mask == "bool":
         mask = torch.rand(B, 1, L, S, generator=gen, device=device) > 0.1  # True = attend
         mask[..., 0] = True  # no fully masked row: keeps softmax finite
     elif call.mask == "float":
         mask = torch.randn(B, 1, L, S, generator=gen, device=device, dtype=dtype)
     grad_out = torch.randn(B, Hq, L, D, generator=gen, device=device, dtype=dtype) if grad else None
-    return Inputs(q, k, v, mask, grad_out)
+    return Inputs(q, k, v, mask, grad_out, extra)
 
 
 def sdpa_context(backend: str):
@@ -72,9 +82,13 @@ def sdpa_context(backend: str):
 
 def run_call(call: AttentionCall, inp: Inputs) -> None:
     """One call per contract §1 step 4; the output is dropped before returning."""
-    kwargs = {"attn_mask": inp.mask, "dropout_p": call.dropout, "is_causal": call.causal}
+    structured = call.mask.startswith(("window:", "document:"))  # causality is inside the mask
+    kwargs = {"attn_mask": inp.mask, "dropout_p": call.dropout, "is_causal": call.causal and not structured}
     with sdpa_context(call.backend), (contextlib.nullcontext() if call.training else torch.no_grad()):
-        if call.backend == "eager":
+        if call.backend == "flex":
+            out = flex.attention(inp.q, inp.k, inp.v, inp.extra.get("block_mask"),
+                                 enable_gqa=call.kv_heads != call.q_heads)
+        elif call.backend == "eager":
             out = eager_attention(inp.q, inp.k, inp.v, **kwargs)
         else:
             out = F.scaled_dot_product_attention(inp.q, inp.k, inp.v, enable_gqa=call.kv_heads != call.q_heads,
@@ -124,8 +138,8 @@ def ran_backend_and_kernels(call: AttentionCall, inp: Inputs, device: str) -> tu
         if device == "cuda":
             torch.cuda.synchronize()
     names = [e.name for e in prof.events()]
-    ran = "eager" if call.backend == "eager" else "unknown"
-    if call.backend != "eager":
+    ran = call.backend if call.backend in ("eager", "flex") else "unknown"  # flex: compiled Triton kernels
+    if call.backend not in ("eager", "flex"):
         for op, backend in BACKEND_OPS:
             if any(n == op for n in names):
                 ran = backend
@@ -170,6 +184,18 @@ def is_no_kernel_error(exc: BaseException) -> bool:
     return "No available kernel" in str(exc)
 
 
+# How an allocation failure reads: CUDA, and the CPU's DefaultCPUAllocator ("can't allocate memory: you tried
+# to allocate N bytes. Error code 12 (Cannot allocate memory)").
+OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
+
+def is_oom_error(exc: BaseException) -> bool:
+    if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(exc).lower()
+    return any(marker in text for marker in OOM_MARKERS)
+
+
 def measure(call: AttentionCall, device: str | None = None, *, repeats: int = 5, seed: int = 0) -> dict:
     """Measure one call by contract §1; never raises for OOM or an ineligible backend.
 
@@ -178,11 +204,15 @@ def measure(call: AttentionCall, device: str | None = None, *, repeats: int = 5,
     """
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     result = {"status": "ok", "measured_peak_extra_bytes": None, "measured_time_ms": None,
-              "ran_backend": None, "n_kernels": None, "torch_flops": None, "error": ""}
+              "ran_backend": None, "n_kernels": None, "torch_flops": None, "first_call_ms": None, "error": ""}
     inp = None
     try:
         inp = make_inputs(call, device, seed)
-        run_call(call, inp)  # warm-up: library workspaces, cuBLAS handles, cuDNN plans
+        t0 = time.perf_counter()
+        run_call(call, inp)  # warm-up: library workspaces, cuBLAS handles, cuDNN plans, flex's compilation
+        if device == "cuda":
+            torch.cuda.synchronize()
+        result["first_call_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
         if device == "cuda":
             peak = cuda_peak_extra_bytes(call, inp)
         else:
@@ -191,13 +221,13 @@ def measure(call: AttentionCall, device: str | None = None, *, repeats: int = 5,
         result["ran_backend"], result["n_kernels"] = ran_backend_and_kernels(call, inp, device)
         result["torch_flops"] = torch_flops(call, inp)
         result["measured_time_ms"] = time_call_ms(call, inp, device, repeats)
-    except torch.cuda.OutOfMemoryError as exc:
-        result.update(status="oom", error=str(exc).splitlines()[0][:200])
+    except (torch.cuda.OutOfMemoryError, MemoryError) as exc:
+        result.update(status="oom", error=(str(exc).splitlines() or [type(exc).__name__])[0][:200])
     except RuntimeError as exc:
         if is_no_kernel_error(exc):
             result.update(status="unsupported", error="No available kernel")
-        elif "out of memory" in str(exc).lower():
-            result.update(status="oom", error=str(exc).splitlines()[0][:200])
+        elif is_oom_error(exc):
+            result.update(status="oom", error=(str(exc).splitlines() or ["out of memory"])[0][:200])
         else:
             result.update(status="error", error=(str(exc).splitlines() or ["RuntimeError"])[0][:200])
     finally:

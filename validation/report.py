@@ -10,12 +10,14 @@ validation/eager.py ("guess, then look").
 
 from __future__ import annotations
 
-import json
+import io
 import os
 
 import pandas as pd
 
+from estimator.call.config import SIZE_LIMITS
 from estimator.hardware import gpu_from_device_name
+from estimator.textfile import MAX_META_BYTES, MAX_TABLE_BYTES, read_bytes_limited, read_json_limited
 from estimator.units import MIB
 from validation.kernels import kernel_table
 from validation.schema import CALL_FIELDS, TARGET_SHARE, tolerance_bytes
@@ -36,22 +38,43 @@ def load(path: str, gpu: str | None = None, torch_version: str | None = None,
     predicted_* columns the run wrote instead, where it wrote them."""
     if not os.path.exists(path):
         raise ValueError(f"report: no such file {path}")
+    data = read_bytes_limited(path, MAX_TABLE_BYTES, "report")  # a size cap before parsing (/dev/zero)
     try:
-        frame = pd.read_csv(path, dtype={"id": str, "error": str, "predicted_error": str}, keep_default_na=True)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        frame = pd.read_csv(io.BytesIO(data), dtype={"id": str, "error": str, "predicted_error": str},
+                            keep_default_na=True)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
         raise ValueError(f"report: {path} is not a readable CSV ({str(exc).splitlines()[0]})") from None
+    if frame.columns.duplicated().any():
+        raise ValueError(f"report: {path} names a column twice")
     missing = [c for c in ("status", "measured_peak_extra_bytes", *CALL_FIELDS[2:8]) if c not in frame.columns]
     if missing:
         raise ValueError(f"report: {path} lacks columns {', '.join(missing)}; is it a `validation run` output?")
+    check_sizes(frame, path)
     meta = {}
     meta_path = f"{path}.meta.json"
     if os.path.exists(meta_path):
-        with open(meta_path) as fh:
-            meta = json.load(fh)
+        meta = read_json_limited(meta_path, MAX_META_BYTES, "report meta")
+        if not isinstance(meta, dict):
+            raise ValueError(f"report meta {meta_path}: expected a JSON object")
     repredict = not (recorded and "predicted_peak_extra_bytes" in frame.columns)
     meta["predictions"] = "current estimator" if repredict else "as recorded by the run"
     df = prepare(frame, gpu=gpu or meta.get("gpu_catalog_name"), torch_version=torch_version, repredict=repredict)
     return df, meta
+
+
+def check_sizes(frame: pd.DataFrame, path: str) -> None:
+    """ValueError naming the field and the row for a measured (`ok`/`oom`) row whose call size is not a whole
+    number in the estimator's limits: a corrupt file, not a measurement. Rows the run itself marked `error` (a
+    malformed case) are left as they are."""
+    measured = frame["status"].isin(["ok", "oom"])
+    for field, limit in SIZE_LIMITS.items():
+        raw = frame[field]
+        values = pd.to_numeric(raw, errors="coerce")
+        bad = measured & (values.isna() | (values < 1) | (values > limit) | (values % 1 != 0))
+        if bad.any():
+            row = int(bad.to_numpy().nonzero()[0][0])
+            raise ValueError(f"report: {path} row {row + 2}: {field} {str(raw.iloc[row])[:40]!r} is not a whole "
+                             f"number in [1, {limit:,}]")
 
 
 def prepare(frame: pd.DataFrame, gpu: str | None = None, torch_version: str | None = None,

@@ -4,8 +4,11 @@ torch (reading the CSV, the estimator's predictions per row, the max(3 %, 2 MiB)
 from __future__ import annotations
 
 import csv
+import io
+import os
 
 from estimator.call.config import AttentionCall
+from estimator.textfile import MAX_TRACE_BYTES, read_text_limited
 from validation.schema import (
     CALL_DEFAULTS,
     CALL_FIELDS,
@@ -16,12 +19,22 @@ from validation.schema import (
     tolerance_bytes,
 )
 
+MAX_CASES_BYTES = MAX_TRACE_BYTES  # 256 MiB: millions of cases, more than any sweep measures
+
 
 def read_cases(path: str) -> tuple[list[str], list[dict]]:
     """The input header (minus any output columns from an earlier run) and its rows as strings.
     ValueError with a one-line reason for a file that cannot be a case list."""
+    if not os.path.exists(path):
+        raise ValueError(f"--in {path}: no such file")
     try:
-        with open(path, newline="") as fh:
+        text = read_text_limited(path, MAX_CASES_BYTES, "--in")  # a size cap before parsing
+    except ValueError as exc:
+        if "not UTF-8" in str(exc):
+            raise ValueError(f"--in {path}: not a text CSV file") from None
+        raise
+    try:
+        with io.StringIO(text, newline="") as fh:
             reader = csv.DictReader(fh)
             header = reader.fieldnames
             if not header:

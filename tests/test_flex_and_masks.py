@@ -93,3 +93,28 @@ def test_flex_rows_of_the_h200_are_within_tolerance():
     ok = result[result["status"] == "ok"]
     assert len(ok) >= 15
     assert ok["within_tolerance"].all(), ok[~ok["within_tolerance"]][["family", "seq_len", "rel_err"]]
+
+
+def test_protocol_runs_structured_masks_and_refuses_flex_on_the_cpu():
+    pytest.importorskip("torch")
+    from validation.protocol import measure
+
+    small = dict(batch=1, q_heads=2, kv_heads=1, head_dim=16, q_len=256, kv_len=256, causal=True, dtype="float32")
+    windowed = measure(AttentionCall(**small, mask="window:64", backend="math"), "cpu", repeats=1)
+    assert windowed["status"] == "ok" and windowed["measured_peak_extra_bytes"] > 0
+    assert windowed["first_call_ms"] is not None
+    flex = measure(AttentionCall(**small, mask="window:64", backend="flex"), "cpu", repeats=1)
+    assert flex["status"] == "unsupported"
+
+
+def test_window_mask_mod_is_the_sliding_window():
+    torch = pytest.importorskip("torch")
+    from validation.flex import mask_mod_for
+
+    mod = mask_mod_for("window", 3, True, 6, 6)
+    q, kv = torch.arange(6)[:, None], torch.arange(6)[None, :]
+    allowed = mod(0, 0, q, kv)
+    assert allowed[5].tolist() == [False, False, False, True, True, True]
+    assert allowed[0].tolist() == [True, False, False, False, False, False]
+    docs = mask_mod_for("document", 2, False, 6, 6)(0, 0, q, kv)
+    assert docs[0].tolist() == [True, True, True, False, False, False]

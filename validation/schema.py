@@ -11,7 +11,7 @@ from estimator.units import MIB
 CALL_FIELDS = CALL_COLUMNS  # the input columns of one call, contract §2 order
 REQUIRED_FIELDS = tuple(SIZE_LIMITS)  # batch, q_heads, kv_heads, head_dim, q_len, kv_len
 MEASURED = ("status", "measured_peak_extra_bytes", "measured_time_ms", "ran_backend", "n_kernels",
-            "torch_flops", "torch_version", "device_name", "error")
+            "torch_flops", "first_call_ms", "torch_version", "device_name", "error")
 PREDICTED = ("predicted_supported", "predicted_selected_backend", "predicted_peak_extra_bytes", "predicted_fits",
              "predicted_flops", "predicted_time_ms", "predicted_error")
 COMPARED = ("rel_err_peak", "abs_err_peak_bytes", "peak_within_tol", "rel_err_time", "rel_err_flops")

@@ -256,3 +256,27 @@ def training_activations(inputs: PlanInputs, attn: list[LayerAttention], z: Size
               "gradient_buffers_bytes": grad_buffers, "weight_casts_per_layer_bytes": casts_layer,
               "weight_casts_head_bytes": casts_head, **worst}
     return model_level + stored + grad_buffers + max(transient, logits_phase), detail
+
+
+def largest_allocation_bytes(inputs: PlanInputs, attn: list[LayerAttention], z: Sizes) -> int:
+    """The largest single tensor the step allocates: the loss's fp32 logits-sized tensors (training) or the fp32
+    copy of the kept logits (inference), a materialised fp32 score matrix (math, eager), the FFN's widest
+    intermediate, or the largest parameter-sized tensor (the embedding, its gradient or moment).
+
+    The CUDA caching allocator serves a request from one free cached block at least as large, or from a new
+    segment; once freed blocks of a step have been split by smaller requests, a late large request can need fresh
+    memory although enough is free in pieces. On the H200 two training runs planned at 136.8 and 133.5 GiB of the
+    139.2 GiB the allocator can hand out ran out of memory asking for 14.7 and 39.5 GiB (logits-sized tensors of
+    the loss; validation/data/h200_hf_heldout.csv). A plan therefore fits only with this much left free."""
+    m = inputs.model
+    training = inputs.mode == "training"
+    rows = z.b * (z.n if training or (inputs.logits == "all" and m.kind == "decoder") else 1)
+    logits = rows * z.V * 4
+    # math and eager softmax in fp32; gpt-oss's sink path softmaxes the 16-bit scores at inference
+    fp32_softmax = training or not m.attention_sinks
+    scores = max((a.memory.scores_bytes * (4 // z.es if fp32_softmax else 1)
+                  if a.memory.selected_backend in ("math", "eager") else 0) for a in attn) if attn else 0
+    ffn = z.b * z.n * z.F * (4 if z.autocast and m.experts else z.es)
+    state_bytes = 4 if training else z.es
+    embedding = z.V * m.hidden * state_bytes
+    return max(logits, scores, ffn, embedding)

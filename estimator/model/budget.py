@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from estimator.call.attention import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
 from estimator.call.config import KV_DTYPE_BITS, element_bytes
 from estimator.call.shapes import cdiv
-from estimator.model.activations import inference_activations, training_peak
+from estimator.model.activations import inference_activations, largest_allocation_bytes, training_peak
 from estimator.model.assumptions import assumptions
 from estimator.model.inputs import PlanInputs, Sizes, attention_layers, gpu_of
 from estimator.model.state import model_state
@@ -41,6 +41,7 @@ class Plan:
     workspace_bytes: int
     total_bytes: int
     capacity_bytes: int
+    allocator_reserve_bytes: int  # kept free for the largest single block: fits = total + reserve <= capacity
     fits: bool
     prefill_flops: int
     prefill_executed_flops: int
@@ -151,10 +152,16 @@ def budget(inputs: PlanInputs) -> Plan:
                       ("cuBLAS workspace", workspace), ("CUDA context", CUDA_CONTEXT_BYTES))
     total = sum(c for _, c in components)
     capacity = gpu.memory_bytes
-    fits = not unsupported and total <= capacity
+    # the caching allocator needs room for the largest single block on top of the peak (see the function)
+    reserve = 0 if unsupported else largest_allocation_bytes(inputs, attn, z)
+    fits = not unsupported and total + reserve <= capacity
     if not unsupported:
         verdict = (f"fits: {total / 2**30:.2f} GiB of {capacity / 2**30:.2f} GiB per GPU" if fits else
                    f"does not fit: {total / 2**30:.2f} GiB needed, {capacity / 2**30:.2f} GiB per GPU")
+        if not fits and total <= capacity:
+            verdict = (f"does not fit: {total / 2**30:.2f} GiB needed of {capacity / 2**30:.2f} GiB per GPU, but the "
+                       f"step's largest block ({reserve / 2**30:.2f} GiB) needs that much more free: near the limit "
+                       "the caching allocator runs out in fragments")
 
     flops = plan_flops(inputs, attn, unsupported=bool(unsupported))
     times = plan_times(inputs, attn, gpu, params_gpu, weights, kv_cache, flops, unsupported=bool(unsupported))
@@ -164,7 +171,7 @@ def budget(inputs: PlanInputs) -> Plan:
         kv_cache_bytes_per_token=cdiv(per_token_bits, 8), kv_cache_bytes_per_sequence=cdiv(seq_bits, 8),
         attention_scores_bytes=scores_live, textbook_scores_bytes=textbook, activation_bytes=activations,
         gradient_bytes=grads, optimizer_bytes=optimizer, workspace_bytes=workspace, total_bytes=total,
-        capacity_bytes=capacity, fits=fits, prefill_flops=flops["forward"],
+        capacity_bytes=capacity, allocator_reserve_bytes=reserve, fits=fits, prefill_flops=flops["forward"],
         prefill_executed_flops=flops["forward_executed"], training_step_flops=flops["step"],
         decode_flops_per_token=flops["decode"], flops_shares=flops["shares"], components=components,
         activation_detail=detail, assumptions=assumptions(inputs), **times)

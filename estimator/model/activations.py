@@ -34,8 +34,11 @@ def inference_activations(inputs: PlanInputs, attn: list[LayerAttention], z: Siz
         if m.mla:  # q and the decompressed per-head k, v live beside the cached latent (blocks.mla_attention_live)
             transient_kv = mla_attention_live(z.b * z.n, inputs.q_heads_per_gpu, m.qk_nope_head_dim,
                                               m.qk_rope_head_dim, m.v_head, m.kv_lora_rank, z.es) - z.q
+        # a fused qkv_proj (Phi-3) returns one tensor that q, k and v view: its q and k parts stay alive beside the
+        # rotated q and k until the attention module returns
+        fused = z.q + z.kv // 2 if m.fused_qkv else 0
         # layer input + the normed input (the attention module's argument, alive until it returns) + q + the call
-        attn_phase = max(attn_phase, 2 * z.resid + z.q + transient_kv + a.kv_repeat_bytes
+        attn_phase = max(attn_phase, 2 * z.resid + z.q + transient_kv + a.kv_repeat_bytes + fused
                          + call_peak_bytes(inputs, a, z) + cp_buffer)
     # layer input (the caller still holds it) + the new residual + the normed input + gate, up, act·up (SwiGLU)
     # or fc1, act (GELU)
@@ -78,7 +81,10 @@ def ffn_block_peak(inputs: PlanInputs, z: Sizes) -> int:
     gated MLP holds act(gate), up and their product (3·T·F), a GELU MLP fc1 and act (2·T·F); a MoE block what
     blocks.moe_forward_peak replays."""
     m = inputs.model
-    dense = (3 if m.gated_ffn else 2) * z.b * z.n * z.F * z.es if m.layers > m.moe_layers else 0
+    # a fused gate_up projection (Phi-3) returns one (T, 2F) tensor that chunk() views: it stays alive until the
+    # MLP returns, so act(gate) and the product come on top of both halves (4·T·F)
+    widths = 4 if m.fused_gate_up else (3 if m.gated_ffn else 2)
+    dense = widths * z.b * z.n * z.F * z.es if m.layers > m.moe_layers else 0
     if not m.moe_layers:
         return dense
     return max(dense, moe_forward_peak(moe_shape(inputs, z), z.rs, expert_weight_bytes(inputs, z), z.es))

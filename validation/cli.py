@@ -3,6 +3,7 @@
 run    measure a predict-style CSV on the local GPU (or the CPU) beside the estimator's predictions
 grid   write a predict-style case list (nsweep, matrix, random, calibration, cpu, sweep)
 report summarise a run's output: error tables, worst cases, the doubling check, kernel counts
+model  under torchrun: a HF model sharded over the processes (tp, cp, ZeRO-3), one row per rank beside the plan
 """
 
 from __future__ import annotations
@@ -96,6 +97,11 @@ def _calibrate(args) -> int:
     return 0
 
 
+def _model(args) -> int:
+    from validation.distributed import main_model
+    return main_model(args)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m validation", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -129,6 +135,11 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--gpu", help="catalog GPU to predict for (default: from the data's device name)")
     rep.add_argument("--torch", help="torch version to predict for (default: the data's)")
     rep.set_defaults(func=_report)
+    mo = sub.add_parser("model", help="a HF model over several processes under torchrun (tp, cp, ZeRO-3), per-rank "
+                        "memory and time beside the plan's per-GPU figures (validation/distributed.py)")
+    from validation.distributed import add_arguments
+    add_arguments(mo)
+    mo.set_defaults(func=_model)
     c = sub.add_parser("calibrate", help="measure GEMMs, memory-bound kernels, launch floor, SDPA, optimizers "
                        "to a JSON file for `plan --calibration` (validation/calibrate.py)")
     c.add_argument("--out", default="calibration_kernels.json", help="output JSON (default calibration_kernels.json)")

@@ -1,9 +1,14 @@
 """Fit the time model (estimator/call/timing.py: FIT_FACTORS) from measured rows.
 
 `python -m validation.fit_time validation/data/h200_calibration.csv validation/data/h200_heldout.csv`
-prints, per backend and mode, flop_fit, bw_fit and overhead_ms from a least-squares fit of relative
-error (time = a·ideal_compute + b·ideal_memory + c), with the median and 90th-percentile error of the
-fit and of the model now in the estimator. Pure pandas + numpy: runs without torch.
+prints, per backend and mode, flop_fit (16-bit), fp32_flop_fit, masked_flop_fit, bw_fit and overhead_ms from a
+weighted least-squares fit of relative error (time = a·compute16 + a32·compute32 + a_m·masked compute + b·memory
++ c, the terms of
+`timing.time_terms`; rows >= 1 ms weigh 1, shorter ones SHORT_WEIGHT), the median error of the fit and of the
+model now in the estimator on rows >= 1 ms, then the FIT_FACTORS dict to paste into timing.py. A coefficient
+that comes out negative is dropped (its term refitted without it: fit factor 1000, i.e. the term is ~free);
+a term no row of a group has (fp32 on flash/cuDNN, masks on math/eager) takes another term's factor. Pure pandas +
+numpy: runs without torch.
 """
 
 from __future__ import annotations
@@ -16,8 +21,26 @@ import pandas as pd
 from estimator.call.attention import estimate_columns
 from estimator.call.flops import executed_flops
 from estimator.call.table import calls_from_frame
-from estimator.call.timing import hbm_bytes
+from estimator.call.timing import time_terms
 from estimator.hardware import get_gpu
+
+SHORT_WEIGHT = 0.25  # weight of rows under 1 ms (overhead-dominated) relative to rows >= 1 ms
+MIN_OVERHEAD_MS = 0.02
+
+
+def _solve(design, weights):
+    """Least squares of weighted relative error, columns with a negative coefficient dropped one at a time."""
+    keep = [True] * design.shape[1]
+    while True:
+        cols = [i for i, k in enumerate(keep) if k]
+        a = design[:, cols] * weights[:, None]
+        coef = np.linalg.lstsq(a, weights, rcond=None)[0]
+        full = np.zeros(design.shape[1])
+        full[cols] = coef
+        neg = [cols[i] for i in range(len(cols)) if coef[i] < 0]
+        if not neg:
+            return full
+        keep[min(neg, key=lambda i: full[i])] = False
 
 
 def fit(frames: list[pd.DataFrame], gpu_name: str = "h200") -> pd.DataFrame:
@@ -27,27 +50,43 @@ def fit(frames: list[pd.DataFrame], gpu_name: str = "h200") -> pd.DataFrame:
     c, backend, _ = calls_from_frame(d)
     cols = estimate_columns(c, backend, gpu)
     sel = cols["selected_backend"]
-    ex = executed_flops(c, sel)
-    peak = np.where(c.fp32 | (sel == "math"), gpu.peak_flops_per_s["float32"], gpu.peak_flops_per_s["bfloat16"])
-    comp_ms = ex / peak * 1e3
-    mem_ms = hbm_bytes(c, sel) / gpu.hbm_bytes_per_s * 1e3
+    terms = time_terms(c, sel, executed_flops(c, sel), gpu)
     meas = pd.to_numeric(d.measured_time_ms).to_numpy()
     out = []
     for (b, g), idx in pd.DataFrame({"b": sel, "g": c.grad}).groupby(["b", "g"]).groups.items():
         idx = np.asarray(idx)
-        design = np.stack([comp_ms[idx], mem_ms[idx], np.ones(len(idx))], axis=1) / meas[idx, None]
-        coef = np.linalg.lstsq(design, np.ones(len(idx)), rcond=None)[0]
-        coef = np.maximum(coef, [1e-3, 1e-3, 0.02])
-        fitted = np.abs(coef[0] * comp_ms[idx] + coef[1] * mem_ms[idx] + coef[2] - meas[idx]) / meas[idx]
+        design = np.concatenate([terms[idx], np.ones((len(idx), 1))], axis=1) / meas[idx, None]
+        w = np.where(meas[idx] >= 1.0, 1.0, SHORT_WEIGHT)
+        used = np.abs(design).sum(axis=0) > 0
+        coef = np.zeros(5)
+        coef[used] = _solve(design[:, used], w)
+        coef[4] = max(coef[4], MIN_OVERHEAD_MS)
+        for k in (0, 1, 2):  # a term no row of the group has (fp32 on flash, masks on math) takes another's rate
+            if not used[k]:
+                coef[k] = coef[1 if k != 1 and used[1] else 0] if used[0] or used[1] else 1.0
+        pred = terms[idx] @ coef[:4] + coef[4]
+        big = meas[idx] >= 1.0
+        fitted = np.abs(pred - meas[idx]) / meas[idx]
         now = np.abs(cols["time_ms"][idx] - meas[idx]) / meas[idx]
-        out.append({"backend": b, "grad": bool(g), "rows": len(idx), "flop_fit": round(1 / coef[0], 3),
-                    "bw_fit": round(1 / coef[1], 3), "overhead_ms": round(coef[2], 3),
-                    "fit_median_err": round(float(np.median(fitted)), 3),
-                    "fit_p90_err": round(float(np.quantile(fitted, 0.9)), 3),
-                    "model_median_err": round(float(np.median(now)), 3)})
+        inv = [round(1 / x, 3) if x > 1e-3 else 1000.0 for x in coef[:4]]
+        out.append({"backend": b, "grad": bool(g), "rows": len(idx), "rows_1ms": int(big.sum()),
+                    "flop_fit": inv[0], "fp32_flop_fit": inv[1], "masked_flop_fit": inv[2], "bw_fit": inv[3],
+                    "overhead_ms": round(coef[4], 3),
+                    "fit_median_err_1ms": round(float(np.median(fitted[big])), 3) if big.any() else None,
+                    "model_median_err_1ms": round(float(np.median(now[big])), 3) if big.any() else None})
     return pd.DataFrame(out)
 
 
+def factors_source(table: pd.DataFrame) -> str:
+    """The FIT_FACTORS dict literal for estimator/call/timing.py."""
+    lines = [f'    ("{r.backend}", {r.grad}): ({r.flop_fit}, {r.fp32_flop_fit}, {r.masked_flop_fit}, {r.bw_fit}, '
+             f'{r.overhead_ms}),'
+             for r in table.sort_values(["backend", "grad"]).itertuples()]
+    return "FIT_FACTORS = {\n" + "\n".join(lines) + "\n}"
+
+
 if __name__ == "__main__":
-    paths = sys.argv[1:] or ["validation/data/h200_calibration.csv"]
-    print(fit([pd.read_csv(p, dtype=str, keep_default_na=False) for p in paths]).to_string(index=False))
+    paths = sys.argv[1:] or ["validation/data/h200_calibration.csv", "validation/data/h200_heldout.csv"]
+    table = fit([pd.read_csv(p, dtype=str, keep_default_na=False) for p in paths])
+    print(table.to_string(index=False))
+    print(factors_source(table))

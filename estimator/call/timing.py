@@ -1,68 +1,148 @@
-"""Predicted duration of one attention call on a GPU.
+"""Predicted duration of one attention call on a GPU: what the kernels execute, at fitted rates.
 
-time = executed_flops / (peak_flops · flop_fit) + hbm_bytes / (bandwidth · bw_fit) + overhead
+time = Σ_k terms_k(call) / fit_k + overhead, per (backend, mode), with three terms in ms:
 
-Additive, not max(): each path runs as a chain of kernels whose GEMM and streaming phases do not
-overlap much, and the fit was better that way. flop_fit, bw_fit and the per-call overhead (Python,
-dispatch, launches) per backend and mode are a least-squares fit of relative error over the H200 rows
-(validation/data/h200_calibration.csv + h200_heldout.csv, torch 2.11); `python -m validation.fit_time`
-refits them. Median |relative error| on those rows is 11-30% by backend and mode, and the 90th
-percentile 35-75%: a planning estimate, stated as such. These are fit factors, not hardware
-efficiencies: a factor above 1 means the path beats the naive roofline term (e.g. eager's fp32 GEMMs, or
-fused kernels moving less than we count).
+* compute: FLOPs as the kernels execute them (`executed_tile_flops`): fused kernels work in tiles, so the
+  query length is padded to the kernel's query tile (a decode-shaped call with L=2 computes a whole 64- or
+  128-row tile), head_dim to the kernel's instantiation (FA2: multiples of 32), causal tiles above the diagonal
+  skipped; times the wave-quantisation factor: a forward kernel without split-KV (cuDNN, memory-efficient)
+  runs B·Hq·ceil(L/tile) CTAs on `sm_count` SMs, so 16 CTAs use 16 of 132 SMs for the whole key loop.
+  Backward kernels are parallel over key tiles (B·Hq·ceil(S/tile) CTAs). At the fp32 peak for fp32 inputs
+  and for math (which upcasts 16-bit inputs to fp32), the 16-bit tensor-core peak otherwise.
+* masked compute: the same for calls with an attn_mask on a fused backend (cuDNN and the efficient kernel
+  add a bias tile per score tile and run markedly slower than their unmasked kernels: fitted separately).
+* memory: HBM bytes per backend (`hbm_bytes`): q, k, v, out (×3 with backward) for fused kernels, plus the
+  mask's bool->float conversion pass and the bias read once per query head; math's fp32 and eager's passes
+  over the score matrix; math/eager expanding k/v for GQA.
+
+The fit factors and the per-call overhead per backend and mode are a least-squares fit of relative error over
+the H200 rows of validation/data/h200_calibration.csv + h200_heldout.csv (torch 2.11), rows of 1 ms and more
+weighted 1, shorter rows 0.25 (the target is calls >= 1 ms). Reproduce the committed constants with
+
+    python -m validation.fit_time validation/data/h200_calibration.csv validation/data/h200_heldout.csv
+
+(it prints FIT_FACTORS to paste). They are fit factors, not hardware efficiencies (some exceed 1). flex is not in
+that fit: flash's factors at 85% of its FLOP rate (FlexAttention paper, Dong et al. 2024, arXiv:2412.05496 §5);
+validation/data/h200_flex_calls.csv checks it. Errors before/after: docs/plan.md, time section.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from estimator.call.shapes import Calls
+from estimator.call.flops import block_fraction
+from estimator.call.shapes import Calls, cdiv, round_up
 from estimator.hardware import GPU
 
-# (flop_fit, bw_fit, overhead_ms) per (backend, forward_backward): fit factors of the roofline terms (not
-# efficiencies: some exceed 1), fitted as described above.
+FLEX_FLOP_SHARE = 0.85  # flex's FLOP rate relative to flash's (the FlexAttention paper, §5)
+# (flop_fit 16-bit, flop_fit fp32, masked_flop_fit, bw_fit, overhead_ms) per (backend, forward_backward):
+# the fit described in the module docstring
 FIT_FACTORS = {
-    ("cudnn", False): (0.618, 0.725, 0.072), ("cudnn", True): (0.516, 1.640, 0.343),
-    ("eager", False): (1.604, 0.373, 0.163), ("eager", True): (1.716, 0.518, 0.797),
-    ("efficient", False): (0.609, 0.144, 0.081), ("efficient", True): (0.584, 0.100, 0.354),
-    ("flash", False): (0.357, 0.621, 0.087), ("flash", True): (0.350, 2.135, 0.383),
-    ("math", False): (0.877, 0.419, 0.258), ("math", True): (0.895, 1.030, 0.944),
+    ("cudnn", False): (0.837, 0.837, 0.214, 1000.0, 0.069),
+    ("cudnn", True): (0.541, 0.541, 0.276, 1000.0, 0.317),
+    ("eager", False): (0.292, 1.098, 1.098, 0.371, 0.133),
+    ("eager", True): (0.985, 1.958, 1.958, 0.533, 0.859),
+    ("efficient", False): (0.203, 0.688, 0.535, 0.29, 0.067),
+    ("efficient", True): (0.128, 0.674, 1.281, 0.095, 0.255),
+    ("flash", False): (0.364, 0.364, 0.364, 1000.0, 0.088),
+    ("flash", True): (0.331, 0.331, 0.331, 1000.0, 0.394),
+    ("math", False): (0.944, 1.285, 1.285, 0.309, 0.207),
+    ("math", True): (0.878, 1.026, 1.026, 1.034, 0.994),
 }
-# flex (not in the single-call fit): flash's factors at 85% of its FLOP rate, the share of FA2's throughput the
-# FlexAttention paper reports (Dong et al. 2024, arXiv:2412.05496 §5), and a compiled graph's launch overhead.
-FIT_FACTORS[("flex", False)] = (0.357 * 0.85, 0.621, 0.087)
-FIT_FACTORS[("flex", True)] = (0.350 * 0.85, 2.135, 0.383)
+for _g in (False, True):  # flex: flash's compute rates times FLEX_FLOP_SHARE, flash's bandwidth and overhead
+    _f, _f32, _m, _b, _o = FIT_FACTORS[("flash", _g)]
+    FIT_FACTORS[("flex", _g)] = (round(_f * FLEX_FLOP_SHARE, 3), round(_f32 * FLEX_FLOP_SHARE, 3),
+                                 round(_m * FLEX_FLOP_SHARE, 3), _b, _o)
+
+FUSED = ("flash", "efficient", "cudnn", "flex")
+# query-tile rows of the forward kernel: FA2's split-KV forward kBlockM 64 (flex: 128-row blocks); cuDNN's
+# Hopper kernel 128; the efficient (CUTLASS) kernel 64 for head_dim <= 128, 32 above (its *_32x128_gmem kernels)
+SPLIT_KV = ("flash", "flex")  # forwards that split the key loop over CTAs when B·H·tiles is below the SM count
+BWD_KEY_TILE = {"flash": 128, "flex": 128, "cudnn": 128, "efficient": 64}
+
+
+def _query_tile(c: Calls, backend):
+    return np.where(backend == "efficient", np.where(c.D <= 128, 64, 32),
+                    np.where(backend == "flash", 64, 128))
+
+
+def _head_dim_executed(c: Calls, backend):
+    """head_dim the kernel runs at: FA2 instantiates 32, 64, ..., 256; the efficient kernel 64, 128, else
+    multiples of 32 (gmem kernels); cuDNN multiples of 8 (assumed: it pads in a separate kernel)."""
+    eff = np.where(c.D <= 64, 64, np.where(c.D <= 128, 128, round_up(c.D, 32)))
+    return np.where(np.isin(backend, ("flash", "flex")), round_up(c.D, 32),
+                    np.where(backend == "efficient", eff, round_up(c.D, 8)))
+
+
+def wave_factor(ctas, sms):
+    """ceil(ctas/sms)·sms / ctas: how much longer than a perfectly balanced run the last partial wave makes it."""
+    ctas = np.maximum(ctas, 1)
+    return cdiv(ctas, sms) * sms / ctas
+
+
+def executed_tile_flops(c: Calls, backend, executed, sms: int):
+    """Compute-time FLOPs (float64): for fused backends, tile-padded FLOPs times the wave factor; forward and
+    backward apart (backward 0 in forward mode). math and eager: `executed` (their GEMMs are large cuBLAS calls)."""
+    executed = np.asarray(executed, dtype=np.float64)
+    mt = _query_tile(c, backend)
+    nt_b = np.vectorize(lambda b: BWD_KEY_TILE.get(b, 128), otypes=[np.int64])(backend) if np.ndim(backend) \
+        else np.int64(BWD_KEY_TILE.get(str(backend), 128))
+    d = _head_dim_executed(c, backend).astype(np.float64)
+    lp = (cdiv(c.L, mt) * mt).astype(np.float64)
+    sp = (cdiv(c.S, nt_b) * nt_b).astype(np.float64)
+    frac = np.where(backend == "flex", block_fraction(c),
+                    np.where(c.causal & (c.L == c.S), (cdiv(c.L, 128) + 1) / (2.0 * cdiv(c.L, 128)), 1.0))
+    base = c.B.astype(np.float64) * c.Hq * lp * sp * d * frac if hasattr(c.B, "astype") else \
+        float(c.B) * float(c.Hq) * lp * sp * d * frac
+    fwd_ctas = c.B * c.Hq * cdiv(c.L, mt)
+    bwd_ctas = c.B * c.Hq * cdiv(c.S, nt_b)
+    fwd = 4.0 * base * np.where(np.isin(backend, SPLIT_KV), 1.0, wave_factor(fwd_ctas, sms))
+    bwd = np.where(c.grad, 10.0 * base * wave_factor(bwd_ctas, sms), 0.0)
+    fused = np.isin(backend, FUSED)
+    return np.where(fused, fwd + bwd, executed)
 
 
 def hbm_bytes(c: Calls, backend):
-    """Bytes moved through HBM. Fused kernels read q, k, v and write out (≈3× that for backward);
-    math and eager also stream the score matrix: ≈6 passes over it forward and ≈10 backward
-    (write scores, read/write softmax, casts, mask), in fp32 for math and the input dtype for eager."""
+    """Bytes moved through HBM. Fused kernels read q, k, v and write out (≈3× that for backward), plus an
+    attn_mask: a bool mask's conversion to the input dtype (read 1 B, write es per element of (B, 1, L, S)) and
+    the bias read once per query head (again in backward). math and eager also stream the score matrix: ≈6
+    passes over it forward and ≈10 backward (write scores, read/write softmax, casts, mask), in fp32 for math
+    and the input dtype for eager; and with GQA they expand k and v to the query heads (write + read)."""
     qo = 2 * c.B * c.Hq * c.L * c.D * c.es
     kv = 2 * c.B * c.Hk * c.S * c.D * c.es
     p = c.B * c.Hq * c.L * c.S
-    fused_fwd = qo + kv
-    math_fwd = fused_fwd + 6 * p * 4
-    eager_fwd = fused_fwd + 4 * p * c.es + 2 * p * 4
+    ls = c.B * c.L * c.S
+    masked = (c.mask_bool | c.mask_float) & (backend != "flex")  # flex reads its BlockMask, not a dense mask
+    fused_fwd = qo + kv + np.where(masked, p * c.es, 0) + np.where(c.mask_bool, ls * (1 + c.es), 0)
+    expand = np.where(c.Hq != c.Hk, 2 * 2 * c.B * c.Hq * c.S * c.D, 0)
+    math_fwd = qo + kv + expand * 4 + 6 * p * 4
+    eager_fwd = qo + kv + expand * c.es + 4 * p * c.es + 2 * p * 4
     fwd = np.where(backend == "math", math_fwd, np.where(backend == "eager", eager_fwd, fused_fwd))
-    bwd_factor = np.where(np.isin(backend, ("math", "eager")), 10.0 / 6.0, 3.0)
-    return fwd * np.where(c.grad, 1.0 + bwd_factor, 1.0)
+    bwd = np.where(np.isin(backend, ("math", "eager")), fwd * 10.0 / 6.0,
+                   3.0 * (qo + kv) + np.where(masked, p * c.es, 0))
+    return fwd + np.where(c.grad, bwd, 0.0)
+
+
+def time_terms(c: Calls, backend, executed, gpu: GPU):
+    """The model's terms in ms at the naive rates, stacked last: compute of unmasked calls with 16-bit inputs,
+    the same with fp32 inputs (each path's fp32 kernels reach a different share of the fp32 peak than its
+    16-bit kernels of theirs), compute of masked calls on cuDNN/efficient, memory."""
+    peak = np.where(c.fp32 | (backend == "math"), gpu.peak_flops_per_s["float32"], gpu.peak_flops_per_s["bfloat16"])
+    comp = executed_tile_flops(c, backend, executed, gpu.sm_count) / peak * 1e3
+    masked = (c.mask_bool | c.mask_float) & np.isin(backend, ("efficient", "cudnn"))
+    mem = hbm_bytes(c, backend) / gpu.hbm_bytes_per_s * 1e3
+    return np.stack(np.broadcast_arrays(np.where(masked | c.fp32, 0.0, comp), np.where(~masked & c.fp32, comp, 0.0),
+                                        np.where(masked, comp, 0.0), mem), axis=-1)
 
 
 def time_ms(c: Calls, backend, executed, gpu: GPU):
     """Predicted milliseconds for the call on `gpu` (vectorized over calls)."""
-    peak_half = gpu.peak_flops_per_s["bfloat16"]
-    peak_fp32 = gpu.peak_flops_per_s["float32"]
-    # the math path upcasts 16-bit inputs and runs fp32 SIMT GEMMs; everything fp32 runs at the fp32 rate
-    peak = np.where(c.fp32 | (backend == "math"), peak_fp32, peak_half)
-    flop_fit = np.ones(np.shape(executed), dtype=np.float64)
-    bw_fit = np.ones(np.shape(executed), dtype=np.float64)
-    overhead = np.zeros(np.shape(executed), dtype=np.float64)
-    for (name, grad), (fe, be, oh) in FIT_FACTORS.items():
+    terms = time_terms(c, backend, executed, gpu)
+    shape = np.shape(terms)[:-1]
+    fit = np.ones(shape + (4,), dtype=np.float64)
+    overhead = np.zeros(shape, dtype=np.float64)
+    for (name, grad), (*factors, oh) in FIT_FACTORS.items():
         sel = (backend == name) & (c.grad == grad)
-        flop_fit = np.where(sel, fe, flop_fit)
-        bw_fit = np.where(sel, be, bw_fit)
+        fit = np.where(sel[..., None], np.array(factors), fit)
         overhead = np.where(sel, oh, overhead)
-    compute_s = executed / (peak * flop_fit)
-    memory_s = hbm_bytes(c, backend) / (gpu.hbm_bytes_per_s * bw_fit)
-    return (compute_s + memory_s) * 1e3 + overhead
+    return np.sum(terms / fit, axis=-1) + overhead

@@ -47,7 +47,19 @@ def _run(args) -> int:
     inputs, rows = read_cases(args.inp)
     if not rows:
         raise ValueError(f"--in {args.inp}: no rows under the header")
-    counts = sweep(inputs, rows, args.out, options, resume=args.resume)
+    if args.gpus < 1:
+        raise ValueError(f"--gpus: expected a number of GPUs >= 1, got {args.gpus}")
+    if args.gpus > 1:
+        from validation.runner import spread
+        if device != "cuda":
+            raise ValueError("--gpus: more than one worker needs CUDA GPUs (this run is on the cpu)")
+        if args.gpus > torch.cuda.device_count():
+            raise ValueError(f"--gpus {args.gpus}: torch sees {torch.cuda.device_count()} GPU(s)")
+        if args.resume:
+            raise ValueError("--gpus: --resume is for one worker")
+        counts = spread(inputs, rows, args.out, options, args.gpus)
+    else:
+        counts = sweep(inputs, rows, args.out, options, resume=args.resume)
     meta = write_meta(args.out, options, ["python", "-m", "validation"] + args.argv, counts, started)
     summary = ", ".join(f"{k} {v}" for k, v in counts.items() if v)
     print(f"wrote {args.out} ({summary}) and {meta}", file=sys.stderr)
@@ -116,6 +128,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--gpu", help="catalog GPU the predictions are for (default: detected; h200 on a CPU)")
     r.add_argument("--torch", help="torch version passed to the estimator (default: the estimator's)")
     r.add_argument("--resume", action="store_true", help="append to OUT, skipping ids already measured there")
+    r.add_argument("--gpus", type=int, default=1, help="local GPUs: one worker per GPU (CUDA_VISIBLE_DEVICES), rows "
+                   "merged in input order (default 1; more than 1 is refused on the cpu)")
     r.set_defaults(func=_run)
     g = sub.add_parser("grid", help="write a predict-style case list")
     g.add_argument("--kind", required=True, choices=("nsweep", "matrix", "random", "calibration", "cpu", "sweep"))

@@ -417,3 +417,71 @@ def write_meta(out_path: str, options: RunOptions, argv: list[str], counts: dict
     with open(path, "w") as fh:
         json.dump(meta, fh, indent=1)
     return path
+
+
+# --------------------------------------------------------------------------------------------
+# Several local GPUs: one worker process per GPU
+
+
+def spread(inputs: list[str], rows: list[dict], out_path: str, options: RunOptions, workers: int,
+           progress_stream=None) -> dict:
+    """`run --gpus N`: rows i, i+N, i+2N, ... go to worker i, a `python -m validation run` child with
+    CUDA_VISIBLE_DEVICES=i (NCCL multicast off, as validation/distributed.py); the workers' outputs are merged
+    into out_path in input order, with the header one worker writes. Returns counts per status."""
+    import subprocess
+    import tempfile
+
+    stream = progress_stream or sys.stderr
+    tmp = tempfile.mkdtemp(prefix="validation-gpus-", dir=os.path.dirname(os.path.abspath(out_path)) or None)
+    procs, outs = [], []
+    for i in range(workers):
+        shard = rows[i::workers]
+        if not shard:
+            continue
+        inp, out = os.path.join(tmp, f"in{i}.csv"), os.path.join(tmp, f"out{i}.csv")
+        with open(inp, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=inputs, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(shard)
+        cmd = [sys.executable, "-m", "validation", "run", "--in", inp, "--out", out, "--device", options.device,
+               "--gpu", options.gpu, "--repeats", str(options.repeats), "--timeout-s", f"{options.timeout_s:g}"]
+        cmd += ["--force"] if options.force else []
+        cmd += ["--torch", options.torch_version] if options.torch_version else []
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(i), "NCCL_NVLS_ENABLE": "0",
+               "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+        log = open(os.path.join(tmp, f"log{i}.txt"), "w")
+        procs.append((i, subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log))
+        outs.append((i, out))
+        print(f"validation: worker {i} (CUDA_VISIBLE_DEVICES={i}): {len(shard)} cases", file=stream, flush=True)
+    failed = []
+    for i, proc, log in procs:
+        if proc.wait() != 0:
+            failed.append(i)
+        log.close()
+    parts = {}
+    header = None
+    for i, out in outs:
+        if not os.path.exists(out):
+            continue
+        with open(out, newline="") as fh:
+            reader = csv.DictReader(fh)
+            header = header or reader.fieldnames
+            parts[i] = list(reader)
+    if failed or header is None:
+        raise ValueError(f"--gpus: worker(s) {', '.join(map(str, failed)) or 'all'} failed; their logs and "
+                         f"partial outputs are in {tmp}")
+    counts = {s: 0 for s in STATUSES}
+    with open(out_path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=header, extrasaction="ignore")
+        writer.writeheader()
+        for k in range(len(rows)):
+            part = parts.get(k % workers, [])
+            row = part[k // workers] if k // workers < len(part) else None
+            if row is None:
+                raise ValueError(f"--gpus: worker {k % workers} wrote fewer rows than it was given (see {tmp})")
+            writer.writerow(row)
+            counts[row["status"]] = counts.get(row["status"], 0) + 1
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)
+    return counts

@@ -1,6 +1,6 @@
 """Predicted duration of one attention call on a GPU: what the kernels execute, at fitted rates.
 
-time = Σ_k terms_k(call) / fit_k + overhead, per (backend, mode), with three terms in ms:
+time = Σ_k terms_k(call) / fit_k + overhead, per (backend, mode), with these terms in ms (`time_terms`):
 
 * compute: FLOPs as the kernels execute them (`executed_tile_flops`): fused kernels work in tiles, so the
   query length is padded to the kernel's query tile (a decode-shaped call with L=2 computes a whole 64- or
@@ -9,8 +9,12 @@ time = Σ_k terms_k(call) / fit_k + overhead, per (backend, mode), with three te
   runs B·Hq·ceil(L/tile) CTAs on `sm_count` SMs, so 16 CTAs use 16 of 132 SMs for the whole key loop.
   Backward kernels are parallel over key tiles (B·Hq·ceil(S/tile) CTAs). At the fp32 peak for fp32 inputs
   and for math (which upcasts 16-bit inputs to fp32), the 16-bit tensor-core peak otherwise.
+* the same compute for fp32 inputs (a separate fit: each path's fp32 kernels reach another share of their peak).
 * masked compute: the same for calls with an attn_mask on a fused backend (cuDNN and the efficient kernel
   add a bias tile per score tile and run markedly slower than their unmasked kernels: fitted separately).
+* exp: score elements the fused kernel's softmax touches (forward once, backward twice), padded and waved like the
+  compute, at 1/256 of the 16-bit tensor-core rate (the SFU exp rate): independent of head_dim, so it is what
+  bounds small-head_dim calls.
 * memory: HBM bytes per backend (`hbm_bytes`): q, k, v, out (×3 with backward) for fused kernels, plus the
   mask's bool->float conversion pass and the bias read once per query head; math's fp32 and eager's passes
   over the score matrix; math/eager expanding k/v for GQA.
@@ -35,24 +39,24 @@ from estimator.call.shapes import Calls, cdiv, round_up
 from estimator.hardware import GPU
 
 FLEX_FLOP_SHARE = 0.85  # flex's FLOP rate relative to flash's (the FlexAttention paper, §5)
-# (flop_fit 16-bit, flop_fit fp32, masked_flop_fit, bw_fit, overhead_ms) per (backend, forward_backward):
+# (flop_fit 16-bit, flop_fit fp32, masked_flop_fit, bw_fit, exp_fit, overhead_ms) per (backend, forward_backward):
 # the fit described in the module docstring
 FIT_FACTORS = {
-    ("cudnn", False): (0.837, 0.837, 0.214, 1000.0, 0.069),
-    ("cudnn", True): (0.541, 0.541, 0.276, 1000.0, 0.317),
-    ("eager", False): (0.292, 1.098, 1.098, 0.371, 0.133),
-    ("eager", True): (0.985, 1.958, 1.958, 0.533, 0.859),
-    ("efficient", False): (0.203, 0.688, 0.535, 0.29, 0.067),
-    ("efficient", True): (0.128, 0.674, 1.281, 0.095, 0.255),
-    ("flash", False): (0.364, 0.364, 0.364, 1000.0, 0.088),
-    ("flash", True): (0.331, 0.331, 0.331, 1000.0, 0.394),
-    ("math", False): (0.944, 1.285, 1.285, 0.309, 0.207),
-    ("math", True): (0.878, 1.026, 1.026, 1.034, 0.994),
+    ("cudnn", False): (0.837, 0.837, 0.214, 1000.0, 1000.0, 0.069),
+    ("cudnn", True): (1.118, 1.118, 0.385, 1000.0, 0.52, 0.308),
+    ("eager", False): (0.292, 1.098, 1.098, 0.371, 1000.0, 0.133),
+    ("eager", True): (0.985, 1.958, 1.958, 0.533, 1000.0, 0.859),
+    ("efficient", False): (1000.0, 0.889, 0.724, 0.908, 0.082, 0.061),
+    ("efficient", True): (0.128, 0.674, 1.281, 0.095, 1000.0, 0.255),
+    ("flash", False): (0.364, 0.364, 0.364, 1000.0, 1000.0, 0.088),
+    ("flash", True): (0.396, 0.396, 0.396, 1000.0, 0.861, 0.392),
+    ("math", False): (0.944, 1.285, 1.285, 0.309, 1000.0, 0.207),
+    ("math", True): (0.878, 1.026, 1.026, 1.034, 1000.0, 0.994),
 }
 for _g in (False, True):  # flex: flash's compute rates times FLEX_FLOP_SHARE, flash's bandwidth and overhead
-    _f, _f32, _m, _b, _o = FIT_FACTORS[("flash", _g)]
+    _f, _f32, _m, _b, _e, _o = FIT_FACTORS[("flash", _g)]
     FIT_FACTORS[("flex", _g)] = (round(_f * FLEX_FLOP_SHARE, 3), round(_f32 * FLEX_FLOP_SHARE, 3),
-                                 round(_m * FLEX_FLOP_SHARE, 3), _b, _o)
+                                 round(_m * FLEX_FLOP_SHARE, 3), _b, _e, _o)
 
 FUSED = ("flash", "efficient", "cudnn", "flex")
 # query-tile rows of the forward kernel: FA2's split-KV forward kBlockM 64 (flex: 128-row blocks); cuDNN's
@@ -80,9 +84,11 @@ def wave_factor(ctas, sms):
     return cdiv(ctas, sms) * sms / ctas
 
 
-def executed_tile_flops(c: Calls, backend, executed, sms: int):
+def executed_tile_flops(c: Calls, backend, executed, sms: int, per_score: bool = False):
     """Compute-time FLOPs (float64): for fused backends, tile-padded FLOPs times the wave factor; forward and
-    backward apart (backward 0 in forward mode). math and eager: `executed` (their GEMMs are large cuBLAS calls)."""
+    backward apart (backward 0 in forward mode). math and eager: `executed` (their GEMMs are large cuBLAS calls).
+    per_score: the score elements the fused kernel's softmax touches instead (exp, max, scale: forward once,
+    backward twice: the recomputed exp and dS), with the same padding and waves; 0 for math and eager."""
     executed = np.asarray(executed, dtype=np.float64)
     mt = _query_tile(c, backend)
     nt_b = np.vectorize(lambda b: BWD_KEY_TILE.get(b, 128), otypes=[np.int64])(backend) if np.ndim(backend) \
@@ -96,10 +102,11 @@ def executed_tile_flops(c: Calls, backend, executed, sms: int):
         float(c.B) * float(c.Hq) * lp * sp * d * frac
     fwd_ctas = c.B * c.Hq * cdiv(c.L, mt)
     bwd_ctas = c.B * c.Hq * cdiv(c.S, nt_b)
-    fwd = 4.0 * base * np.where(np.isin(backend, SPLIT_KV), 1.0, wave_factor(fwd_ctas, sms))
-    bwd = np.where(c.grad, 10.0 * base * wave_factor(bwd_ctas, sms), 0.0)
+    kf, kb = (1.0 / d, 2.0 / d) if per_score else (4.0, 10.0)
+    fwd = kf * base * np.where(np.isin(backend, SPLIT_KV), 1.0, wave_factor(fwd_ctas, sms))
+    bwd = np.where(c.grad, kb * base * wave_factor(bwd_ctas, sms), 0.0)
     fused = np.isin(backend, FUSED)
-    return np.where(fused, fwd + bwd, executed)
+    return np.where(fused, fwd + bwd, 0.0 if per_score else executed)
 
 
 def hbm_bytes(c: Calls, backend):
@@ -131,15 +138,19 @@ def time_terms(c: Calls, backend, executed, gpu: GPU):
     comp = executed_tile_flops(c, backend, executed, gpu.sm_count) / peak * 1e3
     masked = (c.mask_bool | c.mask_float) & np.isin(backend, ("efficient", "cudnn"))
     mem = hbm_bytes(c, backend) / gpu.hbm_bytes_per_s * 1e3
+    # the softmax's exp runs on the SFUs at ~1/256 of the 16-bit tensor-core rate (H100: 3.9 vs 989 TFLOPs, Shah et
+    # al. 2024, FlashAttention-3 §3.2): per score element, independent of head_dim, so small head_dims are exp-bound
+    exp_rate = gpu.peak_flops_per_s["bfloat16"] / 256
+    scores = executed_tile_flops(c, backend, executed, gpu.sm_count, per_score=True) / exp_rate * 1e3
     return np.stack(np.broadcast_arrays(np.where(masked | c.fp32, 0.0, comp), np.where(~masked & c.fp32, comp, 0.0),
-                                        np.where(masked, comp, 0.0), mem), axis=-1)
+                                        np.where(masked, comp, 0.0), mem, scores), axis=-1)
 
 
 def time_ms(c: Calls, backend, executed, gpu: GPU):
     """Predicted milliseconds for the call on `gpu` (vectorized over calls)."""
     terms = time_terms(c, backend, executed, gpu)
     shape = np.shape(terms)[:-1]
-    fit = np.ones(shape + (4,), dtype=np.float64)
+    fit = np.ones(shape + (5,), dtype=np.float64)
     overhead = np.zeros(shape, dtype=np.float64)
     for (name, grad), (*factors, oh) in FIT_FACTORS.items():
         sel = (backend == name) & (c.grad == grad)

@@ -107,7 +107,8 @@ else:
     torch_version = None
     table = gpu.compare(result, get_gpu(compare_gpu), estimate=cached.estimate)
 shown = [c for c in ("id", "backend", "ran_backend", "predicted_backend", "status", "q_len", "kv_len", "mode",
-                     "measured_peak_extra_bytes", "peak_extra_bytes", "relative_error", "predicted_peak_extra_bytes",
+                     "measured_peak_extra_bytes", "peak_extra_bytes", "relative_error", "within_tolerance",
+                     "predicted_peak_extra_bytes",
                      "rel_err_peak", "peak_within_tol", "measured_time_ms", "n_kernels", "device_name", "error")
          if c in table.columns]
 st.caption(md(f"peak extra bytes and relative error: this page's prediction for the {compare_gpu}"
@@ -120,8 +121,10 @@ ok = pd.to_numeric(table["relative_error"], errors="coerce").dropna() if "relati
 errors = int(table["error"].astype(str).str.len().gt(0).sum()) if "error" in table.columns else 0
 if len(ok):
     unpredicted = f" {plural(errors, 'row')} could not be predicted." if errors else ""
-    st.markdown(f"{plural(len(ok), 'row')} compared; median \\|relative error\\| {ok.abs().median():.1%}, "
-                f"worst {ok.abs().max():.1%}.{unpredicted}")
+    within = int(table["within_tolerance"].eq(True).sum()) if "within_tolerance" in table.columns else 0
+    st.markdown(f"{plural(len(ok), 'row')} compared: {within} within max(3%, 2 MiB); median \\|relative error\\| "
+                f"{ok.abs().median():.1%}, worst {ok.abs().max():.1%} (small calls are judged by the 2 MiB floor)."
+                f"{unpredicted}")
 else:
     st.error("No row could be compared: every row lacks a numeric measurement or a valid call.")
     st.stop()

@@ -247,6 +247,7 @@ def compare(measured: pd.DataFrame, gpu: GPU, torch_version: str | None = None, 
     """Measured rows beside the estimator's prediction for each (predicted peak, relative error, backend)."""
     from estimator.call.attention import estimate_call
     from estimator.call.backends import DEFAULT_TORCH
+    from validation.schema import tolerance_bytes
 
     estimate = estimate or estimate_call
     torch_version = torch_version or DEFAULT_TORCH
@@ -266,9 +267,12 @@ def compare(measured: pd.DataFrame, gpu: GPU, torch_version: str | None = None, 
             out["peak_extra_bytes"] = est.peak_extra_bytes
         measured_bytes = pd.to_numeric(pd.Series([row.get("measured_peak_extra_bytes")]), errors="coerce")[0]
         predicted = out["peak_extra_bytes"]
-        out["relative_error"] = ((float(predicted) - measured_bytes) / measured_bytes
-                                 if predicted is not None and pd.notna(measured_bytes) and measured_bytes > 0
-                                 else None)
+        comparable = predicted is not None and pd.notna(measured_bytes) and measured_bytes > 0
+        out["relative_error"] = (float(predicted) - measured_bytes) / measured_bytes if comparable else None
+        out["abs_error_bytes"] = float(predicted) - measured_bytes if comparable else None
+        # the project's tolerance, max(3%, 2 MiB): a tiny decode call can be 90% off by a fraction of a MiB
+        out["within_tolerance"] = (abs(float(predicted) - measured_bytes) <= tolerance_bytes(float(measured_bytes))
+                                   if comparable else None)
         rows.append(out)
     return pd.DataFrame(rows)
 

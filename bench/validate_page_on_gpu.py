@@ -4,7 +4,9 @@ as CSV and the page's text.
 
 python -m bench.validate_page_on_gpu --out DIR [--seq-len 8192]
 
-Run on the H200 with streamlit and plotly installed as wheels beside the CUDA torch (see docs/app.md). On a machine
+Run on the H200 with streamlit and plotly installed as wheels beside the CUDA torch (pip install --target; such an
+install counts as a development install, which refuses the configured server.port: drop that line from
+.streamlit/config.toml on that machine). On a machine
 without a GPU the page says so and nothing is measured (the script still writes what it rendered).
 """
 
@@ -24,8 +26,6 @@ def main(argv: list[str] | None = None) -> int:
     from streamlit.testing.v1 import AppTest
 
     os.environ.setdefault("PLANNER_ENABLE_GPU_JOBS", "1")
-    # streamlit installed with pip --target counts as a development install, which refuses a configured port
-    os.environ.setdefault("STREAMLIT_SERVER_PORT", "")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "pages" / "validate.py"), default_timeout=600)

@@ -118,3 +118,14 @@ def test_window_mask_mod_is_the_sliding_window():
     assert allowed[0].tolist() == [True, False, False, False, False, False]
     docs = mask_mod_for("document", 2, False, 6, 6)(0, 0, q, kv)
     assert docs[0].tolist() == [True, True, True, False, False, False]
+
+
+def test_flash_attn_package_runs_the_window_natively():
+    # flash-attn (HF flash_attention_2): SDPA's FA2 kernels with window_size, so no mask tensor, only the tiles
+    # inside the window; from its source (not installable where we measure)
+    fa = estimate_call(call(mask="window:4096", mode="forward_backward", backend="flash-attn"), H200)
+    flash = estimate_call(call(mode="forward_backward", backend="flash"), H200)
+    assert fa.supported and fa.peak_extra_bytes == flash.peak_extra_bytes
+    assert fa.executed_flops < 0.6 * flash.executed_flops and fa.time_ms < flash.time_ms
+    assert not estimate_call(call(mask="bool", causal=False, backend="flash-attn"), H200).supported
+    assert plan("flash-attn").total_bytes < plan("auto").total_bytes

@@ -17,11 +17,11 @@ import plotly.graph_objects as go
 from estimator.units import GIB
 
 BACKEND_COLORS = {"math": "#d62728", "flash": "#1f77b4", "efficient": "#2ca02c", "cudnn": "#9467bd",
-                  "eager": "#ff7f0e", "auto": "#7f7f7f"}
+                  "eager": "#ff7f0e", "flex": "#8c564b", "flash-attn": "#17becf", "auto": "#7f7f7f"}
 BACKEND_DASHES = {"math": "solid", "flash": "dash", "efficient": "dot", "cudnn": "dashdot", "eager": "longdash",
-                  "auto": "solid"}
+                  "flex": "longdashdot", "flash-attn": "dash", "auto": "solid"}
 BACKEND_MARKERS = {"math": "circle", "flash": "square", "efficient": "diamond", "cudnn": "triangle-up",
-                   "eager": "x", "auto": "circle-open"}
+                   "eager": "x", "flex": "star", "flash-attn": "hexagon", "auto": "circle-open"}
 _HOVER_GIB = "%{y:,.3f} GiB"
 
 

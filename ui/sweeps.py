@@ -16,7 +16,7 @@ from estimator.call.config import MAX_SEQ_LEN, SDPA_BACKENDS, AttentionCall
 from estimator.hardware import GPU
 from estimator.units import GIB
 
-SWEEP_BACKENDS = ("math", "flash", "efficient", "cudnn", "eager", "flex")
+SWEEP_BACKENDS = ("math", "flash", "efficient", "cudnn", "eager", "flex", "flash-attn")
 
 
 def n_grid(current_n: int, *, low: int = 256, high: int | None = None) -> list[int]:
@@ -62,7 +62,7 @@ def backend_table(call: AttentionCall, gpu: GPU, *, torch_version: str = DEFAULT
 
     auto = estimate_call(dataclasses.replace(call, backend="auto"), gpu, torch_version)
     rows = []
-    for backend in (*SDPA_BACKENDS, "eager", "flex"):
+    for backend in (*SDPA_BACKENDS, "eager", "flex", "flash-attn"):
         est = estimate_call(dataclasses.replace(call, backend=backend), gpu, torch_version)
         reasons = auto.reasons.get(backend, ()) if backend != "eager" else ()
         rows.append({

@@ -66,3 +66,22 @@ def attention(q, k, v, mask, *, enable_gqa: bool):
     if "fn" not in _COMPILED:
         _COMPILED["fn"] = torch.compile(flex_attention, dynamic=False)
     return _COMPILED["fn"](q, k, v, block_mask=mask, enable_gqa=enable_gqa)
+
+
+def flash_attn(call, q, k, v):
+    """The flash-attn package's flash_attn_func on (B, L, H, D) views, with its native window (window_size) and
+    causal flag; packed documents would need flash_attn_varlen_func (not wired). Not installed on the GPU we
+    measured on, so this path has not run there: without the package the call is `unsupported`."""
+    try:
+        from flash_attn import flash_attn_func
+    except ImportError:
+        raise RuntimeError(f"{NO_KERNEL}: the flash-attn package is not installed") from None
+    from estimator.call.config import parse_mask
+
+    kind, window, _ = parse_mask(call.mask)
+    if kind not in ("none", "window"):
+        raise RuntimeError(f"{NO_KERNEL}: flash_attn_func takes no mask tensor or document offsets here")
+    window_size = (window - 1, 0 if call.causal else window - 1) if window else (-1, -1)
+    out = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), dropout_p=call.dropout,
+                          causal=call.causal, window_size=window_size)
+    return out.transpose(1, 2)

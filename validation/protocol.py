@@ -54,7 +54,9 @@ def make_inputs(call: AttentionCall, device: str, seed: int = 0) -> Inputs:
 
     q, k, v = rand(B, Hq, L, D), rand(B, Hk, S, D), rand(B, Hk, S, D)
     mask, extra = None, {}
-    if call.backend == "flex":  # a BlockMask from the mask_mod; a new shape compiles afresh (validation/flex.py)
+    if call.backend == "flash-attn":  # window_size / packed documents are arguments, not tensors
+        pass
+    elif call.backend == "flex":  # a BlockMask from the mask_mod; a new shape compiles afresh (validation/flex.py)
         flex.reset()
         extra["block_mask"] = flex.block_mask(call, device)
     elif call.mask.startswith(("window:", "document:")):  # SDPA and eager: the dense bool mask it implies
@@ -88,6 +90,8 @@ def run_call(call: AttentionCall, inp: Inputs) -> None:
         if call.backend == "flex":
             out = flex.attention(inp.q, inp.k, inp.v, inp.extra.get("block_mask"),
                                  enable_gqa=call.kv_heads != call.q_heads)
+        elif call.backend == "flash-attn":
+            out = flex.flash_attn(call, inp.q, inp.k, inp.v)
         elif call.backend == "eager":
             out = eager_attention(inp.q, inp.k, inp.v, **kwargs)
         else:

@@ -80,8 +80,19 @@ def _checks(c: Calls, sm: int, torch_version: str) -> dict[str, list[tuple[np.nd
         # memory for fp32 at head_dim 192, over sm90's 232,448 ("No valid triton configs")
         (c.grad & c.fp32 & (c.D > 128), "float32 backward with head_dim > 128 (Triton's kernel exceeds shared memory)"),
     ]
+    # the flash-attn package (HF attn_implementation="flash_attention_2"): the same FA2 kernels as SDPA's flash,
+    # with native window_size and packed documents (flash_attn_varlen_func's cu_seqlens), so a structured mask is
+    # no obstacle; a dense mask tensor is (flash_attn/flash_attn_interface.py, flash-attn 2.8)
+    flash_attn = [
+        (np.bool_(sm < 80), f"needs compute capability 8.0+ (this GPU is sm{sm})"),
+        (c.mask_float | (c.mask_bool & ~c.structured),
+         "a dense attn_mask tensor (flash-attn takes window_size or packed-document offsets, not a mask)"),
+        (c.D > 256, "head_dim > 256"),
+        (c.grad & (c.D > 192) & np.bool_(sm in (86, 89, 120)), "training with head_dim > 192 on sm86/sm89"),
+        (c.fp32, "dtype float32 (flash-attn needs float16 or bfloat16)"),
+    ]  # causal with q_len != kv_len is aligned bottom-right (flash-attn >= 2.1), so it is no obstacle
     return {"flash": flash, "efficient": efficient, "cudnn": cudnn,
-            "math": [(both, both_reason)], "flex": flex}
+            "math": [(both, both_reason)], "flex": flex, "flash-attn": flash_attn}
 
 
 def eligibility(c: Calls, sm: int, torch_version: str = DEFAULT_TORCH) -> dict[str, np.ndarray]:

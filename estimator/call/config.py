@@ -12,7 +12,7 @@ DTYPE_BITS: dict[str, int] = {"float16": 16, "bfloat16": 16, "float32": 32}
 KV_DTYPE_BITS: dict[str, int] = {**DTYPE_BITS, "float8": 8, "int8": 8, "int4": 4}
 DTYPE_ALIASES = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32", "float": "float32"}
 
-BACKENDS = ("auto", "math", "flash", "efficient", "cudnn", "eager", "flex")
+BACKENDS = ("auto", "math", "flash", "efficient", "cudnn", "eager", "flex", "flash-attn")
 SDPA_BACKENDS = ("cudnn", "flash", "efficient", "math")  # what `auto` chooses among
 MASKS = ("none", "bool", "float")  # dense masks; structured masks are spelled window:W and document:K
 STRUCTURED_MASKS = ("window", "document")

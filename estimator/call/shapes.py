@@ -105,6 +105,7 @@ class Calls:
         if backend is not None:
             blocks = self.B * cdiv(self.L, 128) * cdiv(self.S, 128)
             mask = np.where(np.asarray(backend) == "flex", 4 * 4 * blocks, mask)
+            mask = np.where(np.asarray(backend) == "flash-attn", 0, mask)  # window_size / cu_seqlens, no tensor
         return [q, kv, kv, mask, np.where(self.grad, q, 0)]
 
     def input_events(self, row: int = 0) -> list[tuple[str, str, int]]:

@@ -236,8 +236,8 @@ def dense_mask(inputs: PlanInputs, window: int | None) -> bool:
     nothing through SDPA or eager: every query still computes seq_len keys."""
     if inputs.backend == "eager":
         return inputs.model.kind == "decoder"
-    if inputs.backend == "flex":  # a BlockMask from the mask_mod (transformers 5.17 masking_utils.flex_attention_mask)
-        return False
+    if inputs.backend in ("flex", "flash-attn"):  # a BlockMask from the mask_mod (transformers 5.17
+        return False  # masking_utils.flex_attention_mask), or flash-attn's native window_size
     return window is not None and inputs.seq_len >= window
 
 
@@ -255,10 +255,11 @@ def attention_layers(inputs: PlanInputs) -> list[LayerAttention]:
         masked = dense_mask(inputs, window)
         mask_bytes = kv_repeat = 0
         whole = dict(q_len=n, kv_len=span, causal=m.kind == "decoder" and span == n)
-        if inputs.backend == "flex":  # one BlockMask per kind of layer; only the blocks it keeps are computed
+        if inputs.backend in ("flex", "flash-attn"):  # only the blocks the window keeps are computed
             whole = dict(q_len=n, kv_len=n, causal=m.kind == "decoder",
                          mask="none" if window is None or window >= n else f"window:{window}")
-            mask_bytes = 16 * b * cdiv(n, 128) ** 2  # 4 int32 (b, 1, n/128, n/128) index tensors
+            if inputs.backend == "flex":  # one BlockMask per kind of layer: 4 int32 (b, 1, n/128, n/128) tensors
+                mask_bytes = 16 * b * cdiv(n, 128) ** 2
         elif masked and inputs.backend == "eager":
             whole = dict(q_len=n, kv_len=n, causal=m.kind == "decoder")
             mask_bytes = b * n * n * es  # torch.where(bool mask, 0, finfo.min) in the model dtype

@@ -49,7 +49,8 @@ class Plan:
     decode_flops_per_token: int | None
     prefill_time_ms: float
     step_time_ms: float
-    decode_time_ms_per_token: float | None
+    decode_time_ms_per_token: float | None  # steady state: every cache length seen before in the process
+    decode_first_pass_ms_per_token: float | None  # a fresh process: + cuDNN graph builds (step_time.py)
     prefill_tokens_per_s: float
     decode_tokens_per_s: float | None
     attention_share: float

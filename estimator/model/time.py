@@ -100,11 +100,13 @@ def plan_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_
     training = inputs.mode == "training"
     prefill = st["prefill_time_ms"] + (0.0 if training else comm["total_ms"])
     step = st["step_time_ms"] + comm["total_ms"]
-    decode = st["decode_time_ms_per_token"]
+    decode, first_pass = st["decode_time_ms_per_token"], st.get("decode_first_pass_ms_per_token")
     if decode is not None:
         decode += comm["decode_ms_per_token"]
+        first_pass = (first_pass or 0.0) + comm["decode_ms_per_token"]
     out = dict(roof)
     out.update(prefill_time_ms=prefill, step_time_ms=step, decode_time_ms_per_token=decode,
+               decode_first_pass_ms_per_token=first_pass,
                prefill_tokens_per_s=inputs.batch * inputs.seq_len / (prefill / 1e3) if prefill else 0.0,
                decode_tokens_per_s=inputs.batch / (decode / 1e3) if decode else None,
                communication_time_ms=comm["total_ms"],

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     tables = {}
     for frame in at.dataframe:
         tables[frame.key or f"table{len(tables)}"] = frame.value
-    for name, frame in tables.items():  # the result table is the one with measurements
+    for frame in tables.values():  # the result table is the one with measurements
         if "measured_peak_extra_bytes" in frame.columns:
             frame.to_csv(out / "validate_page_table.csv", index=False)
     (out / "validate_page_tables.json").write_text(

@@ -86,7 +86,8 @@ RESULT_COLUMNS = [
     "after_forward_bytes", "peak_backward_bytes", "peak_optimizer_bytes", "peak_bytes", "peak_reserved_bytes",
     "peak_at_oom_bytes", "input_bytes", "logits_bytes", "kv_cache_bytes", "peak_decode_bytes",
     "time_first_call_ms", "time_step1_ms", "time_forward_ms", "time_backward_ms", "time_optimizer_ms",
-    "time_step_ms", "n_timed", "time_prefill_ms", "decode_ms_per_token", "loss", "recompile_limit", "build_s",
+    "time_step_ms", "n_timed", "time_prefill_ms", "decode_ms_per_token", "decode_warm_ms_per_token", "loss",
+    "recompile_limit", "build_s",
     "case_s", "config_file", "torch_version", "transformers_version", "device_name", "tiny",
 ]
 COLUMNS = CASE_COLUMNS + RESULT_COLUMNS
@@ -585,6 +586,19 @@ def run_prefill(model, info, case, dev, row, box):
             row["peak_decode_bytes"] = dev.peak()
             del tok
         del out
+        if case["decode_tokens"] > 0:  # the same lengths again: every per-length library cache is warm now
+            box.phase = "decode_warm"
+            out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+            tok = torch.randint(0, info["vocab"], (case["batch"], 1), device=dev.device)
+            warm_ms = []
+            for _ in range(case["decode_tokens"]):
+                cache = out.past_key_values
+                del out
+                out, t = dev.timed(lambda c=cache: model(input_ids=tok, past_key_values=c, use_cache=True))
+                del cache
+                warm_ms.append(t)
+            row["decode_warm_ms_per_token"] = round(statistics.median(warm_ms), 4)
+            del out, tok
         box.phase = "timing"
         times = [ms]
         if ms <= SLOW_S * 1e3:

@@ -69,11 +69,16 @@ TIME_ERROR_BAND = {"prefill": (0.04, 0.67), "step": (-0.09, 0.17), "decode": (-0
 # distinct layer shape. A sliding-window layer whose window is full keeps a constant-length cache
 # (DynamicSlidingWindowLayer) and builds once (checked on CPU, transformers 5.17, tiny Llama and Mistral: SDPA's key
 # length 41, 42, 43 over three decode steps, against a constant 16 for a full 16-token window). Host time the device
-# waits for. Set from the fit set's decode rows
-# (validation/data/h200_hf_archs.csv: gemma-2, mixtral, qwen3-moe, deepseek-v2-lite, measured - planned without it:
-# 72, 70, 49, 64 ms; median 67); rows whose shapes and lengths an earlier case of the same process had already
-# built (the cache was warm: hf_time's 8- and 16-layer llama and mixtral, archs' gemma-3) measure without it.
-CUDNN_GRAPH_BUILD_MS = 67.0
+# waits for. Measured directly (validation/data/h200_hf_decode.csv: the same decode steps run twice in one process,
+# the first pass minus the second, for the five growing-cache models: 34.5, 34.3, 35.7, 35.5, 33.1 ms; median
+# 34.5); the full-window Mistral and eager Llama differ by under 0.2 ms. Rows of earlier sets whose shapes an
+# earlier case of the same process had built (hf_time's 8- and 16-layer llama and mixtral) measure without it.
+CUDNN_GRAPH_BUILD_MS = 34.5
+# Hugging Face's Python per decode step (one token: no prefill-sized mask or position work), per layer and per
+# model, set from the warm decode steps of validation/data/h200_hf_decode.csv (the same lengths a second time, so
+# no cuDNN graph is built; `python -m validation.fit_time --decode validation/data/h200_hf_decode.csv`).
+DECODE_LAYER_PYTHON_MS = 0.2
+DECODE_MODEL_PYTHON_MS = 0.25
 
 
 def decode_graph_builds(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU) -> int:
@@ -549,14 +554,14 @@ def step_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_
                 lp.add("memory_bound", g, kern.k.launch_floor_ms * 2, 2)
                 if backend == "eager" and inputs.kv_heads_per_gpu < inputs.q_heads_per_gpu:
                     _mem(lp, kern, "copy", kv_bytes / es * inputs.q_heads_per_gpu / inputs.kv_heads_per_gpu, dtype)
-                lp.add("host", 0.0, LAYER_PYTHON_MS + dhost, 0)
+                lp.add("host", 0.0, DECODE_LAYER_PYTHON_MS + dhost, 0)
                 dec.merge(lp, count)
         if moe_layers:  # a decode step streams every resident expert's weights the tokens route to
             pass
         _mem(dec, kern, "copy", b * H, dtype)
         _norm(dec, kern, "rmsnorm", b * H, dtype)
         dec.add("memory_bound", 0.0, kern.k.launch_floor_ms * 10, 10)
-        dec.add("python", 0.0, MODEL_PYTHON_MS, 0)
+        dec.add("python", 0.0, DECODE_MODEL_PYTHON_MS, 0)
         _gemm(dec, kern, b, V, H, dtype)
         decode_ms = dec.total(sync)
         split["decode"] = dec.split(sync)

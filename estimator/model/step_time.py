@@ -556,8 +556,6 @@ def step_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_
                     _mem(lp, kern, "copy", kv_bytes / es * inputs.q_heads_per_gpu / inputs.kv_heads_per_gpu, dtype)
                 lp.add("host", 0.0, DECODE_LAYER_PYTHON_MS + dhost, 0)
                 dec.merge(lp, count)
-        if moe_layers:  # a decode step streams every resident expert's weights the tokens route to
-            pass
         _mem(dec, kern, "copy", b * H, dtype)
         _norm(dec, kern, "rmsnorm", b * H, dtype)
         dec.add("memory_bound", 0.0, kern.k.launch_floor_ms * 10, 10)

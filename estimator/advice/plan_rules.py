@@ -67,7 +67,8 @@ def _shares(base: dict) -> str:
             f"embedding {base['embedding_share']:.1%} of the {whole} time")
 
 
-PASSIVE = ("fits", "attention-not-bottleneck", "split-prefill-decode", "log-backend")  # need no profile first
+# need no profile first
+PASSIVE = ("fits", "attention-not-bottleneck", "split-prefill-decode", "decode-graph-warmup", "log-backend")
 
 
 def profile_first(ctx: _Context) -> Advice:
@@ -377,6 +378,21 @@ def rule_operate(ctx: _Context) -> list[Advice]:
                             f"{inputs.seq_len:,} tokens; decode {ms(base['decode_time_ms_per_token'])} per token "
                             "at the end of the context (the slowest step, the one P99 sees). Report both, measured "
                             "on production sequence lengths.", **same))
+    first = base.get("decode_first_pass_ms_per_token")
+    steady = base.get("decode_time_ms_per_token")
+    if not ctx.training and first is not None and steady is not None and first > 1.5 * steady:
+        out.append(Advice(
+            id="decode-graph-warmup", title="Warm up decode (cuDNN builds a graph per new cache length)",
+            why=f"Through SDPA on this GPU each decode step is a new cuDNN graph (the KV length grows by one; PyTorch "
+                f"{inputs.torch_version} caches graphs per shape, aten/src/ATen/native/cudnn/MHA.cpp): a process's "
+                f"first pass through these lengths decodes at {ms(first)} per token, against {ms(steady)} once "
+                "every length has been seen (measured on the H200: 34.5 ms a step, "
+                "validation/data/h200_hf_decode.csv).",
+            expected_effect="Warm a serving process up over the lengths it will serve, use a static cache (one "
+                            "length, one graph), or run decode on flash (torch.nn.attention.sdpa_kernel"
+                            "(SDPBackend.FLASH_ATTENTION)).",
+            bytes_before=base["total_bytes"], bytes_after=base["total_bytes"], time_metric="decode ms per token",
+            time_ms_before=first, time_ms_after=steady))
     backend = base["selected_backend"]
     hopper = ctx.gpu.sm >= 90 and inputs.dtype != "float32"
     out.append(Advice(

@@ -115,8 +115,9 @@ TREE = Node(
             key="operate",
             text="Operate it.",
             branches=(
-                ("serving", _leaf("serving", "Measure prefill and decode separately; hold the SLA on P99 decode.",
-                                  "split-prefill-decode")),
+                ("serving", _leaf("serving", "Measure prefill and decode separately; hold the SLA on P99 decode; "
+                                             "warm decode up past per-length library caches.",
+                                  "split-prefill-decode", "decode-graph-warmup")),
                 ("every run", _leaf("log", "Log the attention backend name at step 0 (no silent math fallback).",
                                     "log-backend")),
             ))),

@@ -1,8 +1,8 @@
 """Fit the time model (estimator/call/timing.py: FIT_FACTORS) from measured rows.
 
 `python -m validation.fit_time validation/data/h200_calibration.csv validation/data/h200_heldout.csv`
-prints, per backend and mode, flop_fit (16-bit), fp32_flop_fit, masked_flop_fit, bw_fit, exp_fit and overhead_ms
-from a weighted least-squares fit of relative error (time = Σ a_k·term_k + c over the terms of
+prints, per backend and mode, flop_fit (16-bit), fp32_flop_fit, masked_flop_fit, bw_fit, exp_fit, dropout_fit and
+overhead_ms from a weighted least-squares fit of relative error (time = Σ a_k·term_k + c over the terms of
 `timing.time_terms`; rows >= 1 ms weigh 1, shorter ones SHORT_WEIGHT), the median error of the fit and of the
 model now in the estimator on rows >= 1 ms, then the FIT_FACTORS dict to paste into timing.py. A coefficient
 that comes out negative is dropped (its term refitted without it: fit factor 1000, i.e. the term is ~free);
@@ -71,7 +71,7 @@ def fit(frames: list[pd.DataFrame], gpu_name: str = "h200") -> pd.DataFrame:
         inv = [round(1 / x, 3) if x > 1e-3 else 1000.0 for x in coef[:nt]]
         out.append({"backend": b, "grad": bool(g), "rows": len(idx), "rows_1ms": int(big.sum()),
                     "flop_fit": inv[0], "fp32_flop_fit": inv[1], "masked_flop_fit": inv[2], "bw_fit": inv[3],
-                    "exp_fit": inv[4], "overhead_ms": round(coef[nt], 3),
+                    "exp_fit": inv[4], "dropout_fit": inv[5], "overhead_ms": round(coef[nt], 3),
                     "fit_median_err_1ms": round(float(np.median(fitted[big])), 3) if big.any() else None,
                     "model_median_err_1ms": round(float(np.median(now[big])), 3) if big.any() else None})
     return pd.DataFrame(out)
@@ -80,7 +80,7 @@ def fit(frames: list[pd.DataFrame], gpu_name: str = "h200") -> pd.DataFrame:
 def factors_source(table: pd.DataFrame) -> str:
     """The FIT_FACTORS dict literal for estimator/call/timing.py."""
     lines = [f'    ("{r.backend}", {r.grad}): ({r.flop_fit}, {r.fp32_flop_fit}, {r.masked_flop_fit}, {r.bw_fit}, '
-             f'{r.exp_fit}, {r.overhead_ms}),'
+             f'{r.exp_fit}, {r.dropout_fit}, {r.overhead_ms}),'
              for r in table.sort_values(["backend", "grad"]).itertuples()]
     return "FIT_FACTORS = {\n" + "\n".join(lines) + "\n}"
 

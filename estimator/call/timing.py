@@ -15,6 +15,9 @@ time = Σ_k terms_k(call) / fit_k + overhead, per (backend, mode), with these te
 * exp: score elements the fused kernel's softmax touches (forward once, backward twice), padded and waved like the
   compute, at 1/256 of the 16-bit tensor-core rate (the SFU exp rate): independent of head_dim, so it is what
   bounds small-head_dim calls.
+* dropout: fused kernels draw a Philox number per executed score element (forward once, backward once to
+  rebuild the kept set), counted like exp; math and eager run native_dropout over the score matrix (read, write,
+  bool keep-mask; backward reads gradient and mask): HBM bytes (`dropout_bytes`). 0 without dropout.
 * memory: HBM bytes per backend (`hbm_bytes`): q, k, v, out (×3 with backward) for fused kernels, plus the
   mask's bool->float conversion pass and the bias read once per query head; math's fp32 and eager's passes
   over the score matrix; math/eager expanding k/v for GQA.
@@ -39,24 +42,24 @@ from estimator.call.shapes import Calls, cdiv, round_up
 from estimator.hardware import GPU
 
 FLEX_FLOP_SHARE = 0.85  # flex's FLOP rate relative to flash's (the FlexAttention paper, §5)
-# (flop_fit 16-bit, flop_fit fp32, masked_flop_fit, bw_fit, exp_fit, overhead_ms) per (backend, forward_backward):
-# the fit described in the module docstring
+# (flop_fit 16-bit, flop_fit fp32, masked_flop_fit, bw_fit, exp_fit, dropout_fit, overhead_ms) per
+# (backend, forward_backward): the fit described in the module docstring
 FIT_FACTORS = {
-    ("cudnn", False): (0.837, 0.837, 0.214, 1000.0, 1000.0, 0.069),
-    ("cudnn", True): (1.118, 1.118, 0.385, 1000.0, 0.52, 0.308),
-    ("eager", False): (0.292, 1.098, 1.098, 0.371, 1000.0, 0.133),
-    ("eager", True): (0.985, 1.958, 1.958, 0.533, 1000.0, 0.859),
-    ("efficient", False): (1000.0, 0.889, 0.724, 0.908, 0.082, 0.061),
-    ("efficient", True): (0.128, 0.674, 1.281, 0.095, 1000.0, 0.255),
-    ("flash", False): (0.364, 0.364, 0.364, 1000.0, 1000.0, 0.088),
-    ("flash", True): (0.396, 0.396, 0.396, 1000.0, 0.861, 0.392),
-    ("math", False): (0.944, 1.285, 1.285, 0.309, 1000.0, 0.207),
-    ("math", True): (0.878, 1.026, 1.026, 1.034, 1000.0, 0.994),
+    ("cudnn", False): (0.848, 0.848, 0.261, 1000.0, 1000.0, 0.187, 0.069),
+    ("cudnn", True): (0.827, 0.827, 0.33, 1000.0, 0.9, 0.317, 0.307),
+    ("eager", False): (0.313, 1.377, 1.377, 0.373, 1000.0, 0.287, 0.132),
+    ("eager", True): (1000.0, 2.34, 2.34, 0.539, 1000.0, 0.361, 0.871),
+    ("efficient", False): (2.138, 0.874, 0.745, 0.676, 0.096, 0.051, 0.061),
+    ("efficient", True): (0.135, 0.694, 1.397, 0.094, 1000.0, 0.108, 0.267),
+    ("flash", False): (0.405, 0.405, 0.405, 1000.0, 2.331, 0.361, 0.086),
+    ("flash", True): (0.333, 0.333, 0.333, 1000.0, 1000.0, 0.191, 0.382),
+    ("math", False): (0.971, 1.358, 1.358, 0.312, 1000.0, 0.674, 0.209),
+    ("math", True): (0.878, 1.023, 1.023, 1.104, 1000.0, 0.392, 1.001),
 }
 for _g in (False, True):  # flex: flash's compute rates times FLEX_FLOP_SHARE, flash's bandwidth and overhead
-    _f, _f32, _m, _b, _e, _o = FIT_FACTORS[("flash", _g)]
+    _f, _f32, _m, _b, _e, _r, _o = FIT_FACTORS[("flash", _g)]
     FIT_FACTORS[("flex", _g)] = (round(_f * FLEX_FLOP_SHARE, 3), round(_f32 * FLEX_FLOP_SHARE, 3),
-                                 round(_m * FLEX_FLOP_SHARE, 3), _b, _e, _o)
+                                 round(_m * FLEX_FLOP_SHARE, 3), _b, _e, _r, _o)
 
 FUSED = ("flash", "efficient", "cudnn", "flex")
 # query-tile rows of the forward kernel: FA2's split-KV forward kBlockM 64 (flex: 128-row blocks); cuDNN's
@@ -84,11 +87,13 @@ def wave_factor(ctas, sms):
     return cdiv(ctas, sms) * sms / ctas
 
 
-def executed_tile_flops(c: Calls, backend, executed, sms: int, per_score: bool = False):
+def executed_tile_flops(c: Calls, backend, executed, sms: int, per_score: bool = False,
+                        score_passes: tuple[float, float] = (1.0, 2.0)):
     """Compute-time FLOPs (float64): for fused backends, tile-padded FLOPs times the wave factor; forward and
     backward apart (backward 0 in forward mode). math and eager: `executed` (their GEMMs are large cuBLAS calls).
     per_score: the score elements the fused kernel's softmax touches instead (exp, max, scale: forward once,
-    backward twice: the recomputed exp and dS), with the same padding and waves; 0 for math and eager."""
+    backward twice: the recomputed exp and dS), with the same padding and waves; 0 for math and eager.
+    score_passes: the (forward, backward) passes per score element counted with per_score."""
     executed = np.asarray(executed, dtype=np.float64)
     mt = _query_tile(c, backend)
     nt_b = np.vectorize(lambda b: BWD_KEY_TILE.get(b, 128), otypes=[np.int64])(backend) if np.ndim(backend) \
@@ -102,7 +107,7 @@ def executed_tile_flops(c: Calls, backend, executed, sms: int, per_score: bool =
         float(c.B) * float(c.Hq) * lp * sp * d * frac
     fwd_ctas = c.B * c.Hq * cdiv(c.L, mt)
     bwd_ctas = c.B * c.Hq * cdiv(c.S, nt_b)
-    kf, kb = (1.0 / d, 2.0 / d) if per_score else (4.0, 10.0)
+    kf, kb = (score_passes[0] / d, score_passes[1] / d) if per_score else (4.0, 10.0)
     fwd = kf * base * np.where(np.isin(backend, SPLIT_KV), 1.0, wave_factor(fwd_ctas, sms))
     bwd = np.where(c.grad, kb * base * wave_factor(bwd_ctas, sms), 0.0)
     fused = np.isin(backend, FUSED)
@@ -130,6 +135,16 @@ def hbm_bytes(c: Calls, backend):
     return fwd + np.where(c.grad, bwd, 0.0)
 
 
+def dropout_bytes(c: Calls, backend):
+    """HBM bytes of math's and eager's dropout on the probabilities (native_dropout): read p, write the kept
+    values and a bool keep-mask; backward reads the gradient and the mask and writes the gradient. fp32 for math,
+    the input dtype for eager; 0 without dropout and for fused backends (they draw Philox numbers in registers)."""
+    p = c.B * c.Hq * c.L * c.S
+    sz = np.where(backend == "math", 4, c.es)
+    fwd = p * (2 * sz + 1)
+    return np.where(c.has_dropout & np.isin(backend, ("math", "eager")), fwd + np.where(c.grad, fwd, 0), 0.0)
+
+
 def time_terms(c: Calls, backend, executed, gpu: GPU):
     """The model's terms in ms at the naive rates, stacked last: compute of unmasked calls with 16-bit inputs,
     the same with fp32 inputs (each path's fp32 kernels reach a different share of the fp32 peak than its
@@ -142,15 +157,20 @@ def time_terms(c: Calls, backend, executed, gpu: GPU):
     # al. 2024, FlashAttention-3 §3.2): per score element, independent of head_dim, so small head_dims are exp-bound
     exp_rate = gpu.peak_flops_per_s["bfloat16"] / 256
     scores = executed_tile_flops(c, backend, executed, gpu.sm_count, per_score=True) / exp_rate * 1e3
+    # dropout: fused kernels draw a Philox number per executed score element (forward, and again in backward to
+    # rebuild the kept set), integer work beside the exp; math and eager run native_dropout over the score matrix
+    rng = executed_tile_flops(c, backend, executed, gpu.sm_count, per_score=True, score_passes=(1.0, 1.0)) / exp_rate
+    drop = np.where(c.has_dropout, np.where(np.isin(backend, FUSED), rng * 1e3,
+                                            dropout_bytes(c, backend) / gpu.hbm_bytes_per_s * 1e3), 0.0)
     return np.stack(np.broadcast_arrays(np.where(masked | c.fp32, 0.0, comp), np.where(~masked & c.fp32, comp, 0.0),
-                                        np.where(masked, comp, 0.0), mem, scores), axis=-1)
+                                        np.where(masked, comp, 0.0), mem, scores, drop), axis=-1)
 
 
 def time_ms(c: Calls, backend, executed, gpu: GPU):
     """Predicted milliseconds for the call on `gpu` (vectorized over calls)."""
     terms = time_terms(c, backend, executed, gpu)
     shape = np.shape(terms)[:-1]
-    fit = np.ones(shape + (5,), dtype=np.float64)
+    fit = np.ones(shape + (np.shape(terms)[-1],), dtype=np.float64)
     overhead = np.zeros(shape, dtype=np.float64)
     for (name, grad), (*factors, oh) in FIT_FACTORS.items():
         sel = (backend == name) & (c.grad == grad)

@@ -21,7 +21,7 @@ from estimator.model.time import plan_flops, plan_times
 
 @dataclass(frozen=True, kw_only=True)
 class Plan:
-    """The answer. `to_dict()` has every key of ../shared/contract.md §3 (bytes per GPU as ints)."""
+    """The answer. `to_dict()` has every key of docs/contract.md §3 (bytes per GPU as ints)."""
 
     inputs: PlanInputs
     supported: bool

@@ -132,7 +132,7 @@ def test_plan_hf_config_upload():
     assert any("Upload" in plain(i.value) for i in at.info)
     at.file_uploader(key="plan_config_file").upload("config.json", json.dumps(cfg).encode(), "application/json")
     submit(at, "Plan")
-    from estimator.model.specs import from_hf_config
+    from estimator.model.hf_config import from_hf_config
     expected = plan_for(model=from_hf_config(cfg, name="config"))["total_bytes"]
     assert metric(at, "total per GPU") == gib_text(expected)
     assert at.query_params["layers"] in ("16", ["16"])

@@ -15,7 +15,7 @@ from estimator.call import attention
 from estimator.call.shapes import Calls
 from estimator.cli.predict import MAX_FIELD_CHARS, main, predict_file
 from estimator.hardware import get_gpu
-from estimator.model.specs import from_hf_config
+from estimator.model.hf_config import from_hf_config
 from estimator.model.trace import load_trace
 from estimator.textfile import json_depth, parse_json_limited
 

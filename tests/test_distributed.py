@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch.distributed as dist
 
-from estimator.model.specs import from_hf_config
+from estimator.model.hf_config import from_hf_config
 from validation.hf_configs import family_config
 
 pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),

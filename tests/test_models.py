@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from estimator.model.specs import PRESETS, ModelSpec, from_hf_config, get_preset
+from estimator.model.hf_config import from_hf_config
+from estimator.model.specs import PRESETS, ModelSpec, get_preset
 
 DATA = Path(__file__).parent / "data"
 

@@ -476,7 +476,7 @@ def test_plan_matches_a_hugging_face_llama_measured_on_the_h200():
     from pathlib import Path
 
     from estimator.call.attention import CUDA_CONTEXT_BYTES
-    from estimator.model.specs import from_hf_config
+    from estimator.model.hf_config import from_hf_config
 
     root = Path(__file__).parent.parent
     cfg = json.loads((root / "tests" / "data" / "llama-3-8b.config.json").read_text())

@@ -17,7 +17,8 @@ import pytest
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-from estimator.model.specs import from_hf_config, get_preset  # noqa: E402
+from estimator.model.hf_config import from_hf_config  # noqa: E402
+from estimator.model.specs import get_preset  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 

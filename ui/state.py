@@ -156,7 +156,7 @@ def spec_from_config_bytes(data: bytes, name: str = "config"):
     """A ModelSpec from an uploaded Hugging Face config.json (bytes)."""
     import json
 
-    from estimator.model.specs import from_hf_config
+    from estimator.model.hf_config import from_hf_config
 
     try:
         cfg = json.loads(data.decode("utf-8"))

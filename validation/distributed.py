@@ -195,9 +195,9 @@ def tensors_bytes(obj) -> int:
 def plan_columns(args, world: int, gpu: str) -> dict:
     """The plan's per-GPU figures for this run (empty plan_* and plan_error when the planner refuses it)."""
     from estimator.call.attention import CUDA_CONTEXT_BYTES
+    from estimator.model.hf_config import from_hf_config
     from estimator.model.inputs import PlanInputs
     from estimator.model.plan import make_plan
-    from estimator.model.specs import from_hf_config
     from validation.hf_configs import family_config
 
     try:

@@ -19,9 +19,9 @@ import sys
 import pandas as pd
 
 from estimator.call.attention import CUDA_CONTEXT_BYTES
+from estimator.model.hf_config import from_hf_config
 from estimator.model.inputs import PlanInputs
 from estimator.model.plan import make_plan
-from estimator.model.specs import from_hf_config
 from validation.hf_configs import family_config
 from validation.schema import tolerance_bytes
 

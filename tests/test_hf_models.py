@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("transformers")
 import torch  # noqa: E402
 
-from validation import hf_configs, hf_models  # noqa: E402
+from validation import hf_configs, hf_models, hf_suites  # noqa: E402
 
 
 def _rows(path):
@@ -34,14 +34,14 @@ def _run(tmp_path, cases, *extra, name="out.csv"):
 
 def C(family="llama-3.1-8b", layers=2, impl="sdpa", mode="train", precision="bf16-mixed", optimizer="adamw",
       ckpt="none", seq=16, batch=2, decode=0, overrides=""):
-    return hf_models._c(family, layers, impl, mode, seq, batch, precision, optimizer, ckpt, decode, overrides)
+    return hf_suites._c(family, layers, impl, mode, seq, batch, precision, optimizer, ckpt, decode, overrides)
 
 
 def test_every_family_builds_tiny_with_its_structure():
     from transformers import AutoModelForCausalLM
 
     for fam in hf_configs.FAMILIES:
-        layers = hf_models.ARCH_LAYERS.get(fam, 2)
+        layers = hf_suites.ARCH_LAYERS.get(fam, 2)
         cfg = hf_configs.family_config(fam, layers, tiny=True)
         model = AutoModelForCausalLM.from_config(hf_configs.to_hf_config(cfg), dtype=torch.float32)
         assert model.config.num_hidden_layers == layers
@@ -51,7 +51,7 @@ def test_every_family_builds_tiny_with_its_structure():
             assert list(model.config.layer_types) == kinds, fam
     # both kinds of layer where the family has both
     for fam in ("gemma-2-9b", "gemma-3-12b", "gpt-oss-20b"):
-        kinds = hf_configs.layer_kinds(hf_configs.family_config(fam, hf_models.ARCH_LAYERS[fam]))
+        kinds = hf_configs.layer_kinds(hf_configs.family_config(fam, hf_suites.ARCH_LAYERS[fam]))
         assert {"sliding_attention", "full_attention"} <= set(kinds), fam
     assert hf_configs.family_config("deepseek-v2-lite", 2)["first_k_dense_replace"] == 1
     assert "quantization_config" not in hf_configs.family_config("gpt-oss-20b", 2)
@@ -62,8 +62,8 @@ def test_every_family_builds_tiny_with_its_structure():
 def test_every_family_trains_and_prefills_and_reports_n_params(tmp_path):
     cases = []
     for fam in hf_configs.FAMILIES:
-        impl = hf_models.ARCH_IMPL.get(fam, "sdpa")
-        layers = hf_models.ARCH_LAYERS.get(fam, 2)
+        impl = hf_suites.ARCH_IMPL.get(fam, "sdpa")
+        layers = hf_suites.ARCH_LAYERS.get(fam, 2)
         cases.append(C(fam, layers, impl, "prefill", "bf16-true", seq=24, batch=1, decode=2))
         cases.append(C(fam, layers, impl, "train", "bf16-mixed", seq=24, batch=1))
     cases.append(C("gemma-2-9b", 2, "eager", "train", seq=24, batch=1))
@@ -172,7 +172,7 @@ def test_dump_configs_round_trip_through_autoconfig(tmp_path):
             raw = json.load(fh)
         cfg = AutoConfig.from_pretrained(str(out / name))
         assert cfg.model_type == raw["model_type"]
-        assert cfg.num_hidden_layers == raw["num_hidden_layers"] == hf_models.ARCH_LAYERS[name.rsplit("-L", 1)[0]]
+        assert cfg.num_hidden_layers == raw["num_hidden_layers"] == hf_suites.ARCH_LAYERS[name.rsplit("-L", 1)[0]]
         if getattr(cfg, "layer_types", None) is not None:
             assert len(cfg.layer_types) == cfg.num_hidden_layers
     g3 = AutoConfig.from_pretrained(str(out / "gemma-3-12b-L6.json"))
@@ -185,7 +185,7 @@ def test_dump_configs_round_trip_through_autoconfig(tmp_path):
 
 def test_suites_are_well_formed_and_run_tiny(tmp_path):
     combos = {}
-    for name, build in hf_models.SUITES.items():
+    for name, build in hf_suites.SUITES.items():
         cases = [hf_models.normalize_case(c) for c in build()]
         assert cases, name
         for c in cases:
@@ -198,12 +198,12 @@ def test_suites_are_well_formed_and_run_tiny(tmp_path):
             # batch variants of each are covered by test_each_precision_optimizer_and_checkpointing
             key = tuple(c[k] for k in ("family", "layers", "attn_implementation", "mode", "precision", "optimizer"))
             if c["attn_implementation"] != "flex_attention":  # flex: no CPU backward; compile too slow here
-                layers = min(c["layers"], hf_models.ARCH_LAYERS.get(c["family"], 2), c["layers"])
+                layers = min(c["layers"], hf_suites.ARCH_LAYERS.get(c["family"], 2), c["layers"])
                 key = (layers,) + key[:1] + key[2:]  # llama's 4/8/16 layers run as 2 here (time is scarce)
                 combos.setdefault(key, dict(c, layers=layers, seq_len=16, batch=1,
                                             decode_tokens=min(c["decode_tokens"], 2)))
-    assert len(hf_models.SUITES["recipes"]()) == 4 * 4 * 2 * 3 + 10
-    assert sum(c["no_reset"] for c in hf_models.SUITES["windows-b"]()) == 8
+    assert len(hf_suites.SUITES["recipes"]()) == 4 * 4 * 2 * 3 + 10
+    assert sum(c["no_reset"] for c in hf_suites.SUITES["windows-b"]()) == 8
     # every distinct configuration of every suite runs (tiny, short sequences) bar the 16-layer OOM one's size
     rows = _run(tmp_path, list(combos.values()))
     bad = [(r["family"], r["mode"], r["precision"], r["optimizer"], r["reason"]) for r in rows

@@ -45,8 +45,8 @@ FLEX_FLOP_SHARE = 0.85  # flex's FLOP rate relative to flash's (the FlexAttentio
 # (flop_fit 16-bit, flop_fit fp32, masked_flop_fit, bw_fit, exp_fit, dropout_fit, overhead_ms) per
 # (backend, forward_backward): the fit described in the module docstring
 FIT_FACTORS = {
-    ("cudnn", False): (0.848, 0.848, 0.261, 1000.0, 1000.0, 0.187, 0.069),
-    ("cudnn", True): (0.827, 0.827, 0.33, 1000.0, 0.9, 0.317, 0.307),
+    ("cudnn", False): (0.997, 0.997, 0.271, 1000.0, 1000.0, 0.214, 0.07),
+    ("cudnn", True): (0.736, 0.736, 0.326, 1000.0, 2.149, 0.337, 0.307),
     ("eager", False): (0.313, 1.377, 1.377, 0.373, 1000.0, 0.287, 0.132),
     ("eager", True): (1000.0, 2.34, 2.34, 0.539, 1000.0, 0.361, 0.871),
     ("efficient", False): (2.138, 0.874, 0.745, 0.676, 0.096, 0.051, 0.061),
@@ -75,10 +75,12 @@ def _query_tile(c: Calls, backend):
 
 def _head_dim_executed(c: Calls, backend):
     """head_dim the kernel runs at: FA2 instantiates 32, 64, ..., 256; the efficient kernel 64, 128, else
-    multiples of 32 (gmem kernels); cuDNN multiples of 8 (assumed: it pads in a separate kernel)."""
+    multiples of 32 (gmem kernels); cuDNN's Hopper kernels 64, 128 and 256 (a head_dim of 80 or 96 runs the 128
+    kernel, 160 or 192 the 256 one: its fit rows with such head_dims ran 1.4-2.7x their counted FLOPs)."""
     eff = np.where(c.D <= 64, 64, np.where(c.D <= 128, 128, round_up(c.D, 32)))
+    cud = np.where(c.D <= 64, 64, np.where(c.D <= 128, 128, round_up(c.D, 128)))
     return np.where(np.isin(backend, ("flash", "flex")), round_up(c.D, 32),
-                    np.where(backend == "efficient", eff, round_up(c.D, 8)))
+                    np.where(backend == "efficient", eff, cud))
 
 
 def wave_factor(ctas, sms):

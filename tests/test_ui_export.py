@@ -17,7 +17,7 @@ import pytest
 from estimator.model.inputs import PlanInputs
 from estimator.model.plan import make_plan
 from estimator.model.specs import get_preset
-from estimator.report import xlsx
+from estimator.report import cells, grid
 from ui import export, sweeps
 
 CASES = {
@@ -74,7 +74,7 @@ def test_budget_sheet_values_and_formulas_match_the_estimator(case):
     plan, wb_f, wb_v = workbook(inputs)
     assert wb_f.sheetnames == ["Inputs", "Budget", "Tables", "Sweep", "Advice"]
     assert {"seq_len", "batch", "kv_bits", "capacity_bytes", "total_bytes", "fits"} <= defined_names(wb_f)
-    assert {f"row_{xlsx.slug(c['component'])}" for c in plan["components"]} <= defined_names(wb_f)
+    assert {f"row_{cells.slug(c['component'])}" for c in plan["components"]} <= defined_names(wb_f)
     bf, bv = wb_f["Budget"], wb_v["Budget"]
     labels = {bv.cell(r, 1).value: r for r in range(1, bv.max_row + 1)}
     for comp in plan["components"]:
@@ -151,20 +151,20 @@ def test_csv_and_json_carry_the_profile_template_and_plan():
 
 
 def test_tabulated_rows_agree_with_the_estimator_within_1_percent_after_edits():
-    """What the Tables sheet's formulas compute (xlsx.interpolate mirrors them) against make_plan at other n/batch."""
+    """What the Tables sheet's formulas compute (grid.interpolate mirrors them) against make_plan at other n/batch."""
     import random
 
     rng = random.Random(3)
     for case in ("llama-3-8b serve 8k", "training eager", "llama-2-70b tp8 cp2", "mistral windowed 32k int4 kv"):
         inputs = make_inputs(**CASES[case])
-        ns, bs, table = xlsx._complete(inputs, lambda i: make_plan(i, solve=False), xlsx.n_grid(inputs),
-                                       xlsx.batch_grid(inputs))
+        ns, bs, table = grid._complete(inputs, lambda i: make_plan(i, solve=False), grid.n_grid(inputs),
+                                       grid.batch_grid(inputs))
         for _ in range(25):
             n, b = rng.randint(inputs.cp, 4 * inputs.seq_len), rng.randint(1, 3 * inputs.batch + 4)
             plan = make_plan(dataclasses.replace(inputs, seq_len=n, batch=b), solve=False)
             if not plan.supported:
                 continue
-            total = sum(xlsx.interpolate(table, ns, bs, c, n, b) for c in range(len(plan.components)))
+            total = sum(grid.interpolate(table, ns, bs, c, n, b) for c in range(len(plan.components)))
             assert abs(total - plan.total_bytes) <= 0.01 * plan.total_bytes, (case, n, b)
 
 

@@ -14,12 +14,6 @@ import io
 import json
 from collections.abc import Sequence
 
-from estimator.report.xlsx import (  # noqa: F401 - re-exported: the app's and the tests' names
-    CLOSED_FORMS,
-    Named,
-    closed_forms,
-    input_cells,
-)
 from estimator.report.xlsx import plan_xlsx as _plan_xlsx
 
 PLAN_FIELDS = ("seq_len", "batch", "dtype", "kv_dtype", "mode", "checkpointing", "precision", "optimizer", "window",

@@ -17,7 +17,8 @@ import time
 
 def run_overhead_s(cases: int) -> dict:
     from validation.grid import case, number
-    from validation.runner import RunOptions, sweep
+    from validation.runner import RunOptions
+    from validation.sweep import sweep
     rows = number([case("math", "float32", batch=1, q_heads=1, head_dim=16, q_len=32) for _ in range(cases)], "b")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "o.csv")

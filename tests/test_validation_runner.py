@@ -14,11 +14,13 @@ import torch
 
 from estimator.call.backends import DEFAULT_TORCH
 from validation import runner
+from validation import sweep as sweep_module
 from validation.cli import main
 from validation.grid import case, number, write_csv
 from validation.guard import input_bytes
 from validation.rows import call_from_row, read_cases
-from validation.runner import RunOptions, sweep
+from validation.runner import RunOptions
+from validation.sweep import sweep
 
 SMALL = dict(batch=1, q_heads=2, head_dim=16, q_len=64)
 
@@ -97,7 +99,7 @@ def test_oom_from_measure_is_recorded_memory_freed_and_sweep_goes_on(tmp_path, f
 
 def test_case_predicted_beyond_free_memory_is_skipped_unless_forced(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "estimator.call.table", fake_predict_module(peak_bytes=1))
-    monkeypatch.setattr(runner, "free_bytes", lambda device: 4096)  # the CPU guard uses the math path's peak
+    monkeypatch.setattr(sweep_module, "free_bytes", lambda device: 4096)  # the CPU guard uses the math path's peak
     rows = number([case("math", "float32", **SMALL)], "t")
     ran = []
 
@@ -339,7 +341,7 @@ def test_ctrl_c_in_the_cli_says_where_the_rows_are(tmp_path, monkeypatch, capsys
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(runner, "sweep", interrupted)
+    monkeypatch.setattr(sweep_module, "sweep", interrupted)
     inp = write_cases(tmp_path, [case("math", "float32", **SMALL)])
     assert main(["run", "--in", str(inp), "--out", str(tmp_path / "o.csv"), "--device", "cpu"]) == 130
     assert "--resume continues" in capsys.readouterr().err

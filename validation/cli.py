@@ -29,7 +29,8 @@ def _run(args) -> int:
     import torch
 
     from validation.rows import read_cases
-    from validation.runner import RunOptions, sweep, write_meta
+    from validation.runner import RunOptions
+    from validation.sweep import sweep, write_meta
 
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -50,7 +51,7 @@ def _run(args) -> int:
     if args.gpus < 1:
         raise ValueError(f"--gpus: expected a number of GPUs >= 1, got {args.gpus}")
     if args.gpus > 1:
-        from validation.runner import spread
+        from validation.sweep import spread
         if device != "cuda":
             raise ValueError("--gpus: more than one worker needs CUDA GPUs (this run is on the cpu)")
         if args.gpus > torch.cuda.device_count():

@@ -11,8 +11,8 @@ import time
 from estimator.model.budget import budget
 from estimator.model.inputs import PlanInputs
 from estimator.model.plan import make_plan
+from estimator.model.presets import get_preset
 from estimator.model.solve import smallest_gpu
-from estimator.model.specs import get_preset
 
 CASES = [
     dict(model="llama-3-8b", seq_len=8192, batch=4, gpu="h100-sxm"),

@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 from estimator.hardware import get_gpu
-from estimator.model.specs import get_preset
+from estimator.model.presets import get_preset
 
 
 def _time_ms(fn, repeats: int) -> float:

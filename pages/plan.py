@@ -7,7 +7,7 @@ from functools import partial
 import streamlit as st
 
 from estimator.hardware import get_gpu
-from estimator.model.specs import PRESETS
+from estimator.model.presets import PRESETS
 from estimator.units import gib
 from ui import cached, export, figures, forms, state, sweeps, uploads
 from ui.text import duration, human, md, one_line

@@ -115,7 +115,7 @@ def fake_make_plan(inputs, solve=True):
 def fake_inputs(**kw):
     """A PlanInputs (the real dataclass) with defaults for the fakes."""
     from estimator.model.inputs import PlanInputs
-    from estimator.model.specs import get_preset
+    from estimator.model.presets import get_preset
 
     model = kw.pop("model", "llama-2-7b")
     if isinstance(model, str):

@@ -8,7 +8,7 @@ from estimator.advice.plan_rules import advise
 from estimator.advice.tree import ADVICE_ORDER
 from estimator.hardware import CATALOG
 from estimator.model.inputs import PlanInputs
-from estimator.model.specs import PRESETS
+from estimator.model.presets import PRESETS
 from tests.conftest import check_effect
 
 plans = st.builds(

@@ -165,3 +165,13 @@ def test_no_window_advice_for_a_model_already_windowed():
                      "--gpu h100-sxm --backend math")
     if "window-attention" in ids:  # training keeps no cache: the window pays through flex
         assert dict(found["window-attention"].change)["backend"] == "flex"
+
+
+def test_decode_graph_warmup_when_sdpa_decodes_on_cudnn():
+    # torch 2.11 on Hopper decodes 16-bit q_len = 1 calls on cuDNN, one graph per new cache length
+    ids, found = run("--preset llama-3.1-8b --seq-len 8192 --gpu h200")
+    assert "decode-graph-warmup" in ids and "profile-first" not in ids
+    advice = found["decode-graph-warmup"]
+    assert advice.time_ms_before > 1.5 * advice.time_ms_after
+    ids, _ = run("--preset llama-3.1-8b --seq-len 8192 --gpu h200 --backend eager")
+    assert "decode-graph-warmup" not in ids

@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 
 from estimator.model.inputs import PlanInputs
 from estimator.model.plan import make_plan
-from estimator.model.specs import get_preset
+from estimator.model.presets import get_preset
 from estimator.units import gib
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ import pytest
 from estimator.call.attention import CUDA_CONTEXT_BYTES
 from estimator.model.inputs import PlanInputs
 from estimator.model.plan import make_plan
-from estimator.model.specs import get_preset
+from estimator.model.presets import get_preset
 from estimator.model.time import ffn_matmul_params
 
 ARCHS = Path(__file__).resolve().parents[1] / "validation" / "data" / "h200_hf_archs.csv"

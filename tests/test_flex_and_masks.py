@@ -12,7 +12,7 @@ from estimator.call.shapes import Calls
 from estimator.hardware import get_gpu
 from estimator.model.budget import budget
 from estimator.model.inputs import PlanInputs
-from estimator.model.specs import get_preset
+from estimator.model.presets import get_preset
 
 H200 = get_gpu("h200")
 

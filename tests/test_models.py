@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from estimator.model.hf_config import from_hf_config
-from estimator.model.specs import PRESETS, ModelSpec, get_preset
+from estimator.model.presets import PRESETS, get_preset
+from estimator.model.specs import ModelSpec
 
 DATA = Path(__file__).parent / "data"
 

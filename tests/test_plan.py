@@ -12,8 +12,8 @@ from estimator.hardware import get_gpu
 from estimator.model.budget import budget as plan_budget
 from estimator.model.inputs import PlanInputs
 from estimator.model.plan import make_plan
+from estimator.model.presets import get_preset
 from estimator.model.solve import max_batch, max_seq_len, smallest_gpu
-from estimator.model.specs import get_preset
 from estimator.model.time import HBM_EFFICIENCY
 
 

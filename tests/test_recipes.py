@@ -7,12 +7,12 @@ import pytest
 
 from estimator.model.budget import budget
 from estimator.model.inputs import PlanInputs
+from estimator.model.presets import get_preset
 from estimator.model.recipes import (
     PRECISIONS,
     optimizer_state_bytes,
     optimizer_step_transient_bytes,
 )
-from estimator.model.specs import get_preset
 from estimator.model.state import model_state, optimizer_step_bytes
 
 # (weights, gradients, optimizer state incl. master copy, step temporaries) in bytes per parameter, AdamW foreach

@@ -8,7 +8,7 @@ from dataclasses import replace
 from estimator.model import solve
 from estimator.model.budget import budget
 from estimator.model.inputs import PlanInputs
-from estimator.model.specs import get_preset
+from estimator.model.presets import get_preset
 
 
 def test_largest_prefix_steps_below_a_dip_that_plain_bisection_misses():

@@ -18,7 +18,7 @@ transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
 from estimator.model.hf_config import from_hf_config  # noqa: E402
-from estimator.model.specs import get_preset  # noqa: E402
+from estimator.model.presets import get_preset  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 

@@ -14,7 +14,7 @@ from estimator.model.calibration import DEFAULT_FILE, load_constants
 from estimator.model.comm import communication, link
 from estimator.model.inputs import PlanInputs
 from estimator.model.plan import make_plan
-from estimator.model.specs import get_preset
+from estimator.model.presets import get_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "validation" / "data"

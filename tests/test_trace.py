@@ -9,7 +9,7 @@ import pytest
 
 from estimator.model.budget import budget
 from estimator.model.inputs import PlanInputs
-from estimator.model.specs import get_preset
+from estimator.model.presets import get_preset
 from estimator.model.trace import load_trace, nearest_rank, parse_trace, trace_report
 
 DATA = Path(__file__).parent / "data"

@@ -7,7 +7,7 @@ from dataclasses import replace
 from estimator.model import solve
 from estimator.model.inputs import PlanInputs
 from estimator.model.plan import make_plan
-from estimator.model.specs import get_preset
+from estimator.model.presets import get_preset
 from ui import cached
 
 

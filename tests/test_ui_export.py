@@ -16,7 +16,7 @@ import pytest
 
 from estimator.model.inputs import PlanInputs
 from estimator.model.plan import make_plan
-from estimator.model.specs import get_preset
+from estimator.model.presets import get_preset
 from estimator.report import cells, grid
 from ui import export, sweeps
 

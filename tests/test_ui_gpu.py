@@ -8,7 +8,7 @@ import pytest
 from estimator.call.attention import estimate_call
 from estimator.hardware import get_gpu
 from estimator.model.inputs import PlanInputs
-from estimator.model.specs import get_preset
+from estimator.model.presets import get_preset
 from ui import gpu
 from validation.guard import APP_GUARD
 

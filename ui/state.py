@@ -176,7 +176,8 @@ def arch_values(spec) -> dict:
 
 def model_from_values(values: Mapping, config_spec=None):
     """The model the form describes: a preset, the uploaded config, or the custom architecture fields."""
-    from estimator.model.specs import ModelSpec, get_preset
+    from estimator.model.presets import get_preset
+    from estimator.model.specs import ModelSpec
 
     source = values.get("source", "preset")
     if source == "preset":
@@ -209,7 +210,7 @@ def plan_inputs(values: Mapping, config_spec=None):
 def default_seq_len(preset: str) -> int | None:
     """The n a preset is planned at first: an encoder's native tokens (vit-l-16: 197), else the context the
     model was trained for (llama-3-8b: 8,192); None when the preset does not say."""
-    from estimator.model.specs import get_preset
+    from estimator.model.presets import get_preset
 
     spec = get_preset(preset)
     if spec.kind == "encoder":

@@ -445,6 +445,19 @@ def run_train(model, info, case, dev, row, box):
         model.gradient_checkpointing_disable()
 
 
+def _decode_ms(model, out, info, case, dev) -> float:
+    """Median ms of `decode_tokens` single-token steps on the prefill output's KV cache (the cache grows a step)."""
+    tok = torch.randint(0, info["vocab"], (case["batch"], 1), device=dev.device)
+    step_ms = []
+    for _ in range(case["decode_tokens"]):
+        cache = out.past_key_values
+        del out
+        out, t = dev.timed(lambda c=cache: model(input_ids=tok, past_key_values=c, use_cache=True))
+        del cache
+        step_ms.append(t)
+    return round(statistics.median(step_ms), 4)
+
+
 def run_prefill(model, info, case, dev, row, box):
     model.eval()
     if model.is_gradient_checkpointing:
@@ -464,31 +477,14 @@ def run_prefill(model, info, case, dev, row, box):
         if case["decode_tokens"] > 0:
             box.phase = "decode"
             dev.reset_peak()
-            tok = torch.randint(0, info["vocab"], (case["batch"], 1), device=dev.device)
-            step_ms = []
-            for _ in range(case["decode_tokens"]):
-                cache = out.past_key_values
-                del out
-                out, t = dev.timed(lambda c=cache: model(input_ids=tok, past_key_values=c, use_cache=True))
-                del cache
-                step_ms.append(t)
-            row["decode_ms_per_token"] = round(statistics.median(step_ms), 4)
+            row["decode_ms_per_token"] = _decode_ms(model, out, info, case, dev)
             row["peak_decode_bytes"] = dev.peak()
-            del tok
         del out
         if case["decode_tokens"] > 0:  # the same lengths again: every per-length library cache is warm now
             box.phase = "decode_warm"
             out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
-            tok = torch.randint(0, info["vocab"], (case["batch"], 1), device=dev.device)
-            warm_ms = []
-            for _ in range(case["decode_tokens"]):
-                cache = out.past_key_values
-                del out
-                out, t = dev.timed(lambda c=cache: model(input_ids=tok, past_key_values=c, use_cache=True))
-                del cache
-                warm_ms.append(t)
-            row["decode_warm_ms_per_token"] = round(statistics.median(warm_ms), 4)
-            del out, tok
+            row["decode_warm_ms_per_token"] = _decode_ms(model, out, info, case, dev)
+            del out
         box.phase = "timing"
         times = [ms]
         if ms <= SLOW_S * 1e3:

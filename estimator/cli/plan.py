@@ -19,8 +19,9 @@ from estimator.model.budget import Plan
 from estimator.model.hf_config import from_hf_config
 from estimator.model.inputs import CHECKPOINTING, LOGITS, MODES, PlanInputs
 from estimator.model.plan import make_plan
+from estimator.model.presets import PRESETS, get_preset
 from estimator.model.recipes import OPTIMIZERS, PRECISIONS
-from estimator.model.specs import PRESETS, ModelSpec, get_preset
+from estimator.model.specs import ModelSpec
 from estimator.units import gib
 
 _gib = partial(gib, missing="-", mib_below_1gib=False)  # the table's style: always GiB

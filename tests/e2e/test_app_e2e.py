@@ -24,7 +24,7 @@ def metric(page, label: str):
 def estimator_plan(seq_len: int) -> dict:
     from estimator.model.inputs import PlanInputs
     from estimator.model.plan import make_plan
-    from estimator.model.specs import get_preset
+    from estimator.model.presets import get_preset
 
     inputs = PlanInputs(model=get_preset("llama-3-8b"), seq_len=seq_len, batch=1, dtype="bfloat16",
                         kv_dtype="bfloat16", mode="inference", backend="auto", gpu="h200", gpus=1)

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("transformers")
 import torch  # noqa: E402
 
-from validation import hf_configs, hf_models, hf_suites  # noqa: E402
+from validation import hf_configs, hf_models, hf_runs, hf_suites  # noqa: E402
 
 
 def _rows(path):
@@ -87,8 +87,8 @@ def test_every_family_trains_and_prefills_and_reports_n_params(tmp_path):
 
 
 def test_each_precision_optimizer_and_checkpointing(tmp_path):
-    cases = [C(precision=p) for p in hf_models.PRECISIONS]
-    cases += [C(precision="bf16-mixed", optimizer=o) for o in hf_models.OPTIMIZERS]
+    cases = [C(precision=p) for p in hf_runs.PRECISIONS]
+    cases += [C(precision="bf16-mixed", optimizer=o) for o in hf_runs.OPTIMIZERS]
     cases += [C(precision="bf16-master", optimizer="sgd"), C(precision="bf16-mixed", ckpt="hf"),
               C(precision="bf16-true", ckpt="hf"), C(precision="16-mixed", ckpt="hf")]
     rows = _run(tmp_path, cases)
@@ -114,14 +114,14 @@ def test_each_precision_optimizer_and_checkpointing(tmp_path):
 def test_bf16_master_updates_the_bf16_weights_from_fp32_masters():
     from transformers import AutoModelForCausalLM
 
-    dev = hf_models.Dev("cpu")
+    dev = hf_runs.Dev("cpu")
     cfg = hf_configs.family_config("llama-3.1-8b", 1, tiny=True)
     model = AutoModelForCausalLM.from_config(hf_configs.to_hf_config(cfg), dtype=torch.bfloat16)
     before = [p.detach().clone() for p in model.parameters()]
     info = {"baseline_bytes": None, "weights_bytes": None, "vocab": cfg["vocab_size"]}
     row = {}
     case = hf_models.normalize_case(C(precision="bf16-master", optimizer="sgd"))
-    hf_models.run_train(model, info, case, dev, row, hf_models.PhaseBox())
+    hf_runs.run_train(model, info, case, dev, row, hf_runs.PhaseBox())
     assert all(p.dtype == torch.bfloat16 and p.grad is None for p in model.parameters())
     assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True))
 
@@ -129,7 +129,7 @@ def test_bf16_master_updates_the_bf16_weights_from_fp32_masters():
 def test_errors_do_not_stop_the_run_and_rows_are_flushed(tmp_path, monkeypatch):
     out = tmp_path / "flush.csv"
     seen = []
-    real = hf_models.run_train
+    real = hf_runs.run_train
 
     def flaky(model, info, case, dev, row, box):
         seen.append(len(_rows(out)))  # rows already on disk when this case starts
@@ -193,7 +193,7 @@ def test_suites_are_well_formed_and_run_tiny(tmp_path):
             assert c["attn_implementation"] in ("eager", "sdpa", "flex_attention")
             hf_models.load_dtype(c)
             if c["mode"] == "train":
-                assert c["precision"] in hf_models.PRECISIONS and c["optimizer"] in hf_models.OPTIMIZERS
+                assert c["precision"] in hf_runs.PRECISIONS and c["optimizer"] in hf_runs.OPTIMIZERS
             # one tiny case per (family, layers, attention, mode, precision, optimizer): the checkpointing and
             # batch variants of each are covered by test_each_precision_optimizer_and_checkpointing
             key = tuple(c[k] for k in ("family", "layers", "attn_implementation", "mode", "precision", "optimizer"))

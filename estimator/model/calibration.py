@@ -1,7 +1,7 @@
 """Kernel calibration files (`python -m validation calibrate`, format in validation/calibrate.py) read into
-`KernelConstants` for the time model (estimator/model/step_time.py). `plan --calibration FILE` uses the user's
-file; without it the H200 file shipped in estimator/model/data/ (a copy of
-validation/data/h200_calibration_kernels.json) is used. Errors are one line naming the file and the field."""
+`KernelConstants` (estimator/model/kernel_prices.py) for the time model (estimator/model/step_time.py).
+`plan --calibration FILE` uses the user's file; without it the H200 file shipped in estimator/model/data/ (a copy
+of validation/data/h200_calibration_kernels.json) is used. Errors are one line naming the file and the field."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import statistics
 from pathlib import Path
 
 from estimator.hardware import get_gpu, gpu_from_device_name
-from estimator.model.step_time import Gemm, KernelConstants, MemOp
+from estimator.model.kernel_prices import Gemm, KernelConstants, MemOp
 
 MAX_BYTES = 4 << 20  # a calibration file is ~30 kB; refuse anything past 4 MiB
 DEFAULT_FILE = Path(__file__).with_name("data") / "h200_calibration_kernels.json"

@@ -148,7 +148,7 @@ def write_meta(out_path: str, options: RunOptions, argv: list[str], counts: dict
 def spread(inputs: list[str], rows: list[dict], out_path: str, options: RunOptions, workers: int,
            progress_stream=None) -> dict:
     """`run --gpus N`: rows i, i+N, i+2N, ... go to worker i, a `python -m validation run` child with
-    CUDA_VISIBLE_DEVICES=i (NCCL multicast off, as validation/distributed.py); the workers' outputs are merged
+    CUDA_VISIBLE_DEVICES=i (NCCL multicast off, as validation/sharding.py); the workers' outputs are merged
     into out_path in input order, with the header one worker writes. Returns counts per status."""
     import subprocess
     import tempfile

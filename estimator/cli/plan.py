@@ -217,10 +217,9 @@ def format_table(plan: Plan, result: dict) -> str:
     lines = [f"{inp.model.name}: {inp.mode}, seq_len {inp.seq_len:,}, batch {inp.batch}, {inp.dtype}, "
              f"backend {inp.backend} -> {plan.selected_backend}, {inp.gpus} x {inp.gpu} (tp {inp.tp}, cp {inp.cp})",
              f"parameters {plan.params:,} ({plan.params_per_gpu:,} per GPU)", "", "memory per GPU"]
-    for name, size in plan.components:
-        lines.append(f"  {name:<28}{_gib(size):>16}{size:>22,} B")
-    lines.append(f"  {'total':<28}{_gib(plan.total_bytes):>16}{plan.total_bytes:>22,} B")
-    lines.append(f"  {'capacity':<28}{_gib(plan.capacity_bytes):>16}{plan.capacity_bytes:>22,} B")
+    width = max(28, *(len(name) + 2 for name, _ in plan.components))
+    for name, size in (*plan.components, ("total", plan.total_bytes), ("capacity", plan.capacity_bytes)):
+        lines.append(f"  {name:<{width}}{_gib(size):>16}{size:>22,} B")
     lines.append(f"  -> {plan.verdict}")
     lines.append(f"  kv cache per token {plan.kv_cache_bytes_per_token:,} B; materialised attention scores "
                  f"{_gib(plan.attention_scores_bytes)} (textbook n^2 term {_gib(plan.textbook_scores_bytes)})")
@@ -233,6 +232,9 @@ def format_table(plan: Plan, result: dict) -> str:
     if plan.decode_time_ms_per_token is not None:
         lines.append(f"  decode {plan.decode_time_ms_per_token:,.3f} ms per step ({plan.decode_tokens_per_s:,.0f} "
                      f"tokens/s), {plan.decode_flops_per_token:.3e} FLOPs per token")
+        if plan.decode_first_pass_ms_per_token and plan.decode_first_pass_ms_per_token > plan.decode_time_ms_per_token:
+            lines.append(f"  decode in a fresh process: {plan.decode_first_pass_ms_per_token:,.3f} ms per step "
+                         "(a cuDNN graph built per new cache length)")
     lines.append(f"  time shares: attention {plan.attention_share:.0%}, FFN {plan.ffn_share:.0%}, "
                  f"embedding/logits {plan.embedding_share:.0%}, other {plan.other_share:.0%}")
     lines += ["", f"largest seq_len at batch {inp.batch}: {plan.max_seq_len:,}; "

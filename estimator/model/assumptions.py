@@ -4,18 +4,20 @@ from __future__ import annotations
 
 from estimator.call.attention import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
 from estimator.model.inputs import PlanInputs
-from estimator.model.time import GEMM_EFFICIENCY, HBM_EFFICIENCY
 
 
 def assumptions(inputs: PlanInputs) -> tuple[str, ...]:
     m = inputs.model
     out = ["Bytes are per GPU; FLOPs are for the whole model (PyTorch FlopCounterMode convention).",
-           f"Times are roofline estimates: GEMM efficiency {GEMM_EFFICIENCY:.0%} of dense peak (assumed) and "
-           f"{HBM_EFFICIENCY:.0%} of HBM bandwidth (H200 decode calls measured 78-87% at a 131k cache), attention "
-           "cores from the attention estimator; communication and per-kernel launch overheads are not modelled.",
+           "Times come from kernel classes measured on an H200 (python -m validation calibrate: cuBLAS efficiency by "
+           "GEMM shape, memory-bound kernels at measured bandwidth, a per-kernel launch floor and Hugging Face's "
+           "per-layer Python; other GPUs scale from their datasheet peaks), the attention call model, and "
+           "collectives at 0.8 of the catalog's link bandwidth (assumed); estimates with the error band in "
+           "time_model.",
            f"Counted: a cuBLAS workspace of {CUBLAS_WORKSPACE_BYTES // 2**20} MiB per thread and the CUDA context "
            f"({CUDA_CONTEXT_BYTES:,} B, measured on an H200 with torch 2.11, assumed for every GPU); "
-           "not counted: allocator fragmentation and NCCL buffers."]
+           "not counted: NCCL buffers. Fits keeps the step's largest single block free on top of the peak "
+           "(allocator_reserve_bytes), for the caching allocator's fragmentation near the limit."]
     if inputs.mode == "inference":
         out.append("Inference = prefill of seq_len tokens keeping the KV cache (payload only, no quantisation "
                    f"scales), logits for {'all positions' if inputs.logits == 'all' else 'the last position'} "
@@ -23,18 +25,25 @@ def assumptions(inputs: PlanInputs) -> tuple[str, ...]:
     else:
         zero = (f"ZeRO stage {inputs.zero} over {inputs.dp} data-parallel replicas" if inputs.zero else
                 "no ZeRO sharding (data-parallel replicas hold full copies)")
-        out.append("Training = one mixed-precision AdamW step: 16-bit weights and gradients, fp32 master weights and "
-                   "two fp32 moments (2 + 2 + 12 bytes per parameter; fp32 training: 4 + 4 + 8), fused AdamW "
-                   f"(no parameter-sized temporaries), {zero}.")
+        recipe = inputs.recipe
+        out.append(f"Training = one {inputs.optimizer} step in {inputs.precision}: weights {recipe.weight_dtype}, "
+                   f"compute {recipe.compute_dtype}"
+                   + (" under torch.autocast (16-bit weight copies cached per forward, fp32 residual stream)"
+                      if recipe.autocast else "")
+                   + (", fp32 master weights" if recipe.master_dtype else "")
+                   + f"; optimizer state and the step's temporaries per estimator/model/recipes.py; {zero}; the "
+                   "peak is the largest of the step's moments (forward end, loss and layer backwards, optimizer).")
         out.append("Activations per layer follow Korthikanti et al. 2022 (arXiv:2205.05198) §4, generalised to "
                    "GQA and SwiGLU, with the attention core's saved tensors from the attention estimator; "
-                   "dropout 0; the loss over every position peaks in its backward at dtype + 12 bytes per logit "
-                   "(logits, saved fp32 log-softmax, fp32 gradients in and out; measured on a HF Llama).")
+                   "dropout 0; the loss over every position peaks in its backward at 12 bytes per logit "
+                   "(saved fp32 log-softmax, fp32 gradients in and out) when the loop keeps only the loss, as the "
+                   "HF Trainer does (measured on the H200).")
     if any(w is not None for w in inputs.windows):
-        out.append("Sliding window w: each windowed layer's attention is modelled as a dense q_len × min(seq_len, w) "
-                   "call (a kernel with window support, e.g. flash-attn window_size, or chunked prefill) and its KV "
-                   "cache keeps min(seq_len, w) tokens. SDPA has no window argument: through SDPA a window needs a "
-                   "dense mask, which rules out flash and makes the math path materialise seq_len².")
+        out.append("Sliding window w: through SDPA (once seq_len >= w) Hugging Face passes a dense (1, 1, n, n) bool "
+                   "mask, so flash cannot run and every score block is computed; through eager a float mask is "
+                   "added to the full scores; only flex (FlexAttention's BlockMask) and flash-attn (window_size) "
+                   "compute just the window. The KV cache after prefill holds every token (DynamicSlidingWindowLayer "
+                   "trims it at the first decode step).")
     if m.attn_logit_softcap:
         out.append(f"{m.name} soft-caps attention scores (tanh, cap {m.attn_logit_softcap:g}); SDPA's fused kernels "
                    "cannot, so the plan assumes a kernel that can (flash-attn >= 2.6, FlexAttention) or capping "

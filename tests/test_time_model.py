@@ -175,3 +175,13 @@ def test_decode_first_pass_pays_a_cudnn_graph_build_per_step_on_a_growing_cache(
     assert full == pytest.approx(0.0) and filling == pytest.approx(CUDNN_GRAPH_BUILD_MS)
     assert extra(_plan(seq_len=4096, dtype="float32")) == pytest.approx(0.0)  # fp32 never runs on cuDNN
     assert decode_graph_builds is not None
+
+
+def test_decode_host_constants_are_reproduced_by_their_fit():
+    # validation/data/h200_hf_decode.csv's warm decode steps: `python -m validation.fit_time --decode FILE`
+    from estimator.model.step_time import DECODE_LAYER_PYTHON_MS, DECODE_MODEL_PYTHON_MS
+    from validation.fit_time import fit_decode
+
+    layer, model, errs = fit_decode(pd.read_csv(DATA / "h200_hf_decode.csv", dtype=str, keep_default_na=False))
+    assert (layer, model) == (DECODE_LAYER_PYTHON_MS, DECODE_MODEL_PYTHON_MS)
+    assert sorted(abs(e) for e in errs)[len(errs) // 2] < 0.15

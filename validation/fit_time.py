@@ -85,7 +85,38 @@ def factors_source(table: pd.DataFrame) -> str:
     return "FIT_FACTORS = {\n" + "\n".join(lines) + "\n}"
 
 
-if __name__ == "__main__":
+# the grid the decode constants are chosen from (ms): HF's Python per layer and per model of one decode step
+DECODE_LAYER_GRID = (0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7)
+DECODE_MODEL_GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
+
+
+def fit_decode(frame: pd.DataFrame) -> tuple[float, float, list[float]]:
+    """(per-layer ms, per-model ms, relative errors) of step_time's decode host constants that best match the warm
+    decode steps (column decode_warm_ms_per_token of validation.hf_models): the grid point with the least median
+    |error| + 0.3 x worst |error|. The planner is pure Python: it is re-run with each candidate."""
+    import estimator.model.step_time as step_time
+    from validation.model_report import plan_row
+
+    rows = [r for r in frame.to_dict("records") if r.get("decode_warm_ms_per_token", "") not in ("", None)]
+    saved = step_time.DECODE_LAYER_PYTHON_MS, step_time.DECODE_MODEL_PYTHON_MS
+    best = None
+    try:
+        for layer in DECODE_LAYER_GRID:
+            for model in DECODE_MODEL_GRID:
+                step_time.DECODE_LAYER_PYTHON_MS, step_time.DECODE_MODEL_PYTHON_MS = layer, model
+                errs = [plan_row(r).decode_time_ms_per_token / float(r["decode_warm_ms_per_token"]) - 1 for r in rows]
+                score = float(np.median(np.abs(errs))) + 0.3 * float(np.max(np.abs(errs)))
+                if best is None or score < best[0]:
+                    best = (score, layer, model, [round(e, 3) for e in errs])
+    finally:
+        step_time.DECODE_LAYER_PYTHON_MS, step_time.DECODE_MODEL_PYTHON_MS = saved
+    return best[1], best[2], best[3]
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--decode"]:
+    layer, model, errs = fit_decode(pd.read_csv(sys.argv[2], dtype=str, keep_default_na=False))
+    print(f"DECODE_LAYER_PYTHON_MS = {layer}\nDECODE_MODEL_PYTHON_MS = {model}\nrelative errors {errs}")
+elif __name__ == "__main__":
     paths = sys.argv[1:] or ["validation/data/h200_calibration.csv", "validation/data/h200_heldout.csv"]
     table = fit([pd.read_csv(p, dtype=str, keep_default_na=False) for p in paths])
     print(table.to_string(index=False))

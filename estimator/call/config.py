@@ -62,6 +62,16 @@ def element_bytes(dtype: str) -> int:
     return DTYPE_BITS[dtype] // 8
 
 
+def optional_float(field: str, value, expected: str = "a number") -> float | None:
+    """None stays None; anything else must read as a float (ValueError naming the field otherwise)."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{field}: expected {expected}, got {value!r}") from None
+
+
 def check_positive_int(field: str, value, maximum: int) -> int:
     """Return value as int if it is a whole number in [1, maximum]; ValueError naming the field otherwise."""
     if isinstance(value, bool):

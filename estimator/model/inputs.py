@@ -19,6 +19,7 @@ from estimator.call.config import (
     AttentionCall,
     check_positive_int,
     normalize_dtype,
+    optional_float,
     parse_bool,
 )
 from estimator.call.shapes import cdiv
@@ -116,15 +117,10 @@ class PlanInputs:
         object.__setattr__(self, "ep", check_positive_int("ep", self.ep, 1 << 14))
         object.__setattr__(self, "gpus_per_node", check_positive_int("gpus_per_node", self.gpus_per_node, 1024))
         for name in ("gemm_efficiency", "hbm_efficiency"):
-            value = getattr(self, name)
-            if value is not None:
-                try:
-                    value = float(value)
-                except (TypeError, ValueError):
-                    raise ValueError(f"{name}: expected a number in (0, 1], got {value!r}") from None
-                if not 0 < value <= 1:
-                    raise ValueError(f"{name}: expected a fraction of the datasheet peak in (0, 1], got {value!r}")
-                object.__setattr__(self, name, value)
+            value = optional_float(name, getattr(self, name), "a number in (0, 1]")
+            if value is not None and not 0 < value <= 1:
+                raise ValueError(f"{name}: expected a fraction of the datasheet peak in (0, 1], got {value!r}")
+            object.__setattr__(self, name, value)
         if self.calibration is not None:
             object.__setattr__(self, "calibration", str(self.calibration))
         get_gpu(self.gpu)  # ValueError listing the catalog

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from estimator.call.config import MAX_DIM, MAX_SEQ_LEN, check_positive_int
+from estimator.call.config import MAX_DIM, MAX_SEQ_LEN, check_positive_int, optional_float
 
 KINDS = ("decoder", "encoder")
 NORMS = ("rmsnorm", "layernorm")
@@ -127,13 +127,8 @@ class ModelSpec:
             if self.image_size % self.patch_size:
                 raise ValueError(f"patch_size: {self.patch_size} does not divide image_size {self.image_size}")
         for field in ("query_pre_attn_scalar", "final_logit_softcap"):
-            value = getattr(self, field)
-            if value is not None:
-                try:
-                    value = float(value)
-                except (TypeError, ValueError):
-                    raise ValueError(f"{field}: expected a number, got {value!r}") from None
-                object.__setattr__(self, field, value if value > 0 else None)
+            value = optional_float(field, getattr(self, field))
+            object.__setattr__(self, field, value if value is not None and value > 0 else None)
         if self.v_head_dim is not None:
             object.__setattr__(self, "v_head_dim", check_positive_int("v_head_dim", self.v_head_dim, MAX_DIM))
         self._check_moe()

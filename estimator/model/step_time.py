@@ -75,7 +75,9 @@ TIME_ERROR_BAND = {"prefill": (0.04, 0.67), "step": (-0.09, 0.17), "decode": (-0
 CUDNN_GRAPH_BUILD_MS = 34.5
 # Hugging Face's Python per decode step (one token: no prefill-sized mask or position work), per layer and per
 # model, set from the warm decode steps of validation/data/h200_hf_decode.csv (the same lengths a second time, so
-# no cuDNN graph is built; `python -m validation.fit_time --decode validation/data/h200_hf_decode.csv`).
+# no cuDNN graph is built; `python -m validation.fit_time --decode validation/data/h200_hf_decode.csv` reproduces
+# them: median |error| 9%, worst -32% (mixtral); the per-layer value sits at the grid's low edge because below it the
+# GPU's own time of a step, not the host's, sets the decode time).
 DECODE_LAYER_PYTHON_MS = 0.2
 DECODE_MODEL_PYTHON_MS = 0.25
 

@@ -25,7 +25,10 @@ The JSON written (one object; every time is milliseconds per call; sizes are ele
         launches per call; gbps = bytes / ms / 1e6.
         ops: add, mul (a + b), cast_bf16_fp32, copy, rmsnorm (HF LlamaRMSNorm forward), silu_mul (HF MLP's
         act(gate) * up), rope (HF q * cos + rotate_half(q) * sin on (1, 32, S, 128)), softmax (fp32, last dim),
-        cross_entropy_fwd_bwd (fp32 logits tokens x vocab, F.cross_entropy + backward).
+        cross_entropy_fwd_bwd (fp32 logits tokens x vocab, F.cross_entropy + backward); and the ops of
+        transformers' grouped_mm experts, which run the non-vectorised elementwise kernel: masked_fill_rows
+        (x.masked_fill(mask[rows, 1], 0)), silu_mul_chunked (silu(gate) * up of x.chunk(2, -1)), mul_rows
+        (x * w[:, None]), gather_rows (x[perm]).
     launch_floor_ms  wall time per launch of a 1-element add in a loop of 1000 (CPU launch + GPU floor)
     sync_ms          one torch.cuda.synchronize() on an idle device (no CUDA graphs)
     launch_sync_ms   one 1-element add followed by torch.cuda.synchronize()
@@ -36,6 +39,9 @@ The JSON written (one object; every time is milliseconds per call; sizes are ele
     optimizer: [{name, dtype, params, tensors, ms, ms_per_1e9_params}]  one .step() on `tensors` parameters
         totalling `params` elements with gradients set; names adamw (foreach=True, torch's CUDA default),
         adamw_fused (fused=True), sgd_momentum (momentum=0.9, foreach=True).
+    grouped_gemm: [{experts, m, n, k, dtype, kind, ms, tflops}]  torch's grouped GEMM (F.grouped_mm, else
+        torch._grouped_mm) over `experts` groups of m rows, x[E*m, K] @ W[E, N, K].mT with int32 offsets, as
+        transformers' grouped_mm experts call it; kind forward or forward_backward (x3 flops).
     skipped: [{section, what, reason}]  measurements that raised (a backend without a kernel, out of memory)
         or were cut by the time budget.
 
@@ -56,6 +62,7 @@ import torch
 from validation.calibrate_sections import (
     measure_attention,
     measure_gemms,
+    measure_grouped_gemms,
     measure_launch,
     measure_memory_bound,
     measure_optimizers,
@@ -148,7 +155,8 @@ def device_info(device: str) -> dict:
 # ---------------------------------------------------------------- driver
 
 SECTIONS = (("gemm", measure_gemms, 30), ("memory_bound", measure_memory_bound, 15),
-            ("attention", measure_attention, 25), ("optimizer", measure_optimizers, 15))
+            ("attention", measure_attention, 25), ("optimizer", measure_optimizers, 15),
+            ("grouped_gemm", measure_grouped_gemms, 10))
 
 
 def calibrate(out_path: str, device: str | None = None, quick: bool = False, budget_s: float | None = 90.0,
@@ -172,7 +180,7 @@ def calibrate(out_path: str, device: str | None = None, quick: bool = False, bud
                                 allow_fp16_reduced_precision_reduction=(
                                     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction)),
                   gemm=[], memory_bound=[], launch_floor_ms=None, sync_ms=None, launch_sync_ms=None,
-                  attention=[], optimizer=[], skipped=[])
+                  attention=[], optimizer=[], grouped_gemm=[], skipped=[])
 
     def write():
         result["elapsed_s"] = round(budget.elapsed(), 2)

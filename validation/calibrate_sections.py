@@ -177,6 +177,39 @@ def _memory_ops(rows_list, cols, quick):
         ops.append(("rope", "bfloat16", [1, heads, r, d], heads * r * d, 20 * n + 4 * c, 4 * n + 4 * c, 5,
                     make_rope))
 
+        # the elementwise ops of transformers' grouped_mm experts (integrations/moe.py), which run PyTorch's
+        # non-vectorised elementwise kernel: a row mask or row weight broadcast over the hidden dim, a chunked
+        # (strided) gate/up pair, a row gather. masked_fill with a (r, 1) mask: read n, write n, mask r bytes.
+        def make_masked_fill(device, r=r):
+            x = torch.randn(r, cols, device=device, dtype=torch.bfloat16)
+            m = torch.zeros(r, 1, device=device, dtype=torch.bool)
+            return lambda: x.masked_fill(m, 0.0)
+        ops.append(("masked_fill_rows", "bfloat16", [r, cols], n, 4 * n + r, 4 * n + r, 1, make_masked_fill))
+
+        # gate, up = x.chunk(2, -1) of x (r, 2·cols); silu(gate) (4n, strided read), * up (6n): 10n over 2 kernels
+        def make_silu_chunked(device, r=r):
+            x = torch.randn(r, 2 * cols, device=device, dtype=torch.bfloat16)
+
+            def run():
+                g, u = x.chunk(2, dim=-1)
+                return F.silu(g) * u
+            return run
+        ops.append(("silu_mul_chunked", "bfloat16", [r, 2 * cols], n, 10 * n, 6 * n, 2, make_silu_chunked))
+
+        # x * w[:, None] with w (r,): read n + r, write n
+        def make_mul_rows(device, r=r):
+            x = torch.randn(r, cols, device=device, dtype=torch.bfloat16)
+            w = torch.randn(r, device=device, dtype=torch.bfloat16)
+            return lambda: x * w.unsqueeze(-1)
+        ops.append(("mul_rows", "bfloat16", [r, cols], n, 4 * n + 2 * r, 4 * n + 2 * r, 1, make_mul_rows))
+
+        # x[perm] with a random permutation of the rows: read n, write n (+ the int64 index)
+        def make_gather_rows(device, r=r):
+            x = torch.randn(r, cols, device=device, dtype=torch.bfloat16)
+            perm = torch.randperm(r, device=device)
+            return lambda: x[perm]
+        ops.append(("gather_rows", "bfloat16", [r, cols], n, 4 * n + 8 * r, 4 * n + 8 * r, 1, make_gather_rows))
+
         def make_softmax(device, r=r):
             x = torch.randn(r, cols, device=device, dtype=torch.float32)
             return lambda: torch.softmax(x, dim=-1)
@@ -352,4 +385,73 @@ def measure_optimizers(timer, device, quick, budget, skipped) -> list[dict]:
         params = None
         if device == "cuda":
             torch.cuda.empty_cache()
+    return out
+
+
+# ---------------------------------------------------------------- grouped GEMMs (mixture-of-experts)
+
+def grouped_gemm_grid(quick: bool) -> list[tuple[int, int, int, int, str, str]]:
+    """(experts, rows per expert, N, K, dtype, kind): the expert GEMMs of transformers' grouped_mm experts
+    (gate_up: N = 2·ffn, K = hidden; down: N = hidden, K = ffn) of Mixtral-8x7B, Qwen3-30B-A3B,
+    DeepSeek-V2-Lite and gpt-oss-20b at a few token counts; kind forward or forward_backward (the grouped GEMM's
+    autograd backward: grad_input and grad_weight)."""
+    if quick:
+        return [(4, 64, 256, 128, "bfloat16", "forward"), (4, 64, 256, 128, "bfloat16", "forward_backward")]
+    shapes = {  # experts: [(N, K) gate_up, (N, K) down], rows per expert
+        8: ([(28672, 4096), (4096, 14336)], (1024, 4096, 8192)),
+        128: ([(1536, 2048), (2048, 768)], (128, 512, 2048)),
+        64: ([(2816, 2048), (2048, 1408)], (192, 768, 3072)),
+        32: ([(5760, 2880), (2880, 2880)], (256, 1024, 4096)),
+    }
+    grid = []
+    for e, (nks, rows) in shapes.items():
+        for n, k in nks:
+            grid += [(e, m, n, k, "bfloat16", "forward") for m in rows]
+            grid += [(e, rows[1], n, k, "bfloat16", "forward_backward"), (e, rows[1], n, k, "float32", "forward")]
+    return grid
+
+
+def _grouped_mm():
+    return getattr(torch.nn.functional, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
+
+
+def measure_grouped_gemms(timer, device, quick, budget, skipped) -> list[dict]:
+    """Rows {experts, m, n, k, dtype, kind, ms, tflops}: one grouped GEMM over `experts` groups of m rows each,
+    called as transformers 5.17 integrations/moe.py `_grouped_linear` calls it: x[E·m, K] @ W[E, N, K].mT with
+    int32 offsets. flops = 2·E·m·N·K (x3 for forward_backward)."""
+    mm = _grouped_mm()
+    out = []
+    for e, m, n, k, dname, kind in grouped_gemm_grid(quick):
+        what = f"grouped {kind} experts={e} m={m} n={n} k={k} {dname}"
+        if budget.over():
+            skipped.append(dict(section="grouped_gemm", what=what, reason="time budget"))
+            continue
+        if mm is None or device != "cuda":
+            skipped.append(dict(section="grouped_gemm", what=what, reason="no grouped_mm on this device"))
+            continue
+        dtype = DTYPES[dname]
+        grad = kind == "forward_backward"
+        x = w = offs = fn = None
+        try:
+            x = torch.randn(e * m, k, device=device, dtype=dtype, requires_grad=grad)
+            w = torch.randn(e, n, k, device=device, dtype=dtype, requires_grad=grad)
+            offs = torch.arange(1, e + 1, device=device, dtype=torch.int32) * m
+            if grad:
+                dy = torch.randn(e * m, n, device=device, dtype=dtype)
+
+                def fn(x=x, w=w, offs=offs, dy=dy):
+                    mm(x, w.transpose(-2, -1), offs=offs).backward(dy)
+            else:
+                fn = functools.partial(mm, x, w.transpose(-2, -1), offs=offs)
+            ms = timer(fn)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a skipped entry
+            skipped.append(dict(section="grouped_gemm", what=what, reason=_reason(exc)))
+            continue
+        finally:
+            x = w = offs = fn = None
+            if device == "cuda":
+                torch.cuda.empty_cache()
+        flops = 2.0 * e * m * n * k * (3 if grad else 1)
+        out.append(dict(experts=e, m=m, n=n, k=k, dtype=dname, kind=kind, ms=_sig(ms),
+                        tflops=_sig(flops / ms / 1e9, 5)))
     return out

@@ -12,7 +12,7 @@ import statistics
 from pathlib import Path
 
 from estimator.hardware import get_gpu, gpu_from_device_name
-from estimator.model.kernel_prices import Gemm, KernelConstants, MemOp
+from estimator.model.kernel_prices import Gemm, GroupedGemm, KernelConstants, MemOp
 
 MAX_BYTES = 4 << 20  # a calibration file is ~30 kB; refuse anything past 4 MiB
 DEFAULT_FILE = Path(__file__).with_name("data") / "h200_calibration_kernels.json"
@@ -48,6 +48,14 @@ def constants_from_json(data: dict, source: str) -> KernelConstants:
             if min(m, n, k) <= 0 or ms <= 0 or dt not in peaks:
                 raise ValueError(f"calibration {source}: gemm row {g!r} out of range")
             gemms.append(Gemm(m, n, k, dt, str(g.get("kind", "forward")), 2 * m * n * k / (ms * 1e-3) / peaks[dt], ms))
+        grouped = []
+        for g in data.get("grouped_gemm", []):
+            e, m, n, k = int(g["experts"]), int(g["m"]), int(g["n"]), int(g["k"])
+            dt, kind, ms = str(g["dtype"]), str(g["kind"]), float(g["ms"])
+            if min(e, m, n, k) <= 0 or ms <= 0 or dt not in peaks or kind not in ("forward", "forward_backward"):
+                raise ValueError(f"calibration {source}: grouped_gemm row {g!r} out of range")
+            flops = 2.0 * e * m * n * k * (3 if kind == "forward_backward" else 1)
+            grouped.append(GroupedGemm(e, m, n, k, dt, kind, flops / (ms * 1e-3) / peaks[dt]))
         big = [g for g in gemms if g.m <= 64 and g.n * g.k >= 50_000_000]
         stream = (statistics.median((g.n * g.k + g.m * g.k + g.m * g.n) * 2 / (g.ms * 1e-3) / ref.hbm_bytes_per_s
                                     for g in big) if big else 0.75)
@@ -77,7 +85,7 @@ def constants_from_json(data: dict, source: str) -> KernelConstants:
         opt = {(str(o["name"]), str(o["dtype"])): float(o["ms_per_1e9_params"]) for o in data.get("optimizer", [])}
         return KernelConstants(
             source=source, device_name=name, ref_gpu=catalog, ref_hbm=float(ref.hbm_bytes_per_s), ref_peaks=peaks,
-            gemms=tuple(gemms), stream_eff=stream, matmul_floor_ms=matmul_floor,
+            gemms=tuple(gemms), grouped_gemms=tuple(grouped), stream_eff=stream, matmul_floor_ms=matmul_floor,
             launch_floor_ms=float(data["launch_floor_ms"]), sync_ms=float(data.get("sync_ms", 0.0)),
             mem_ops=mem_ops, decode_attention=decode, optimizer_ms_per_1e9=opt)
     except (KeyError, TypeError) as exc:

@@ -15,6 +15,8 @@ from estimator.hardware import GPU
 # GPU time of a tiny kernel (assumption: not separable from the host's launch cost in the calibration, whose
 # tiny-op times are host-bound); memory-bound ops below their smallest measured size scale down to it.
 GPU_KERNEL_FLOOR_MS = 0.002
+# memory-bound ops whose bytes scale with the element size (a rate measured in one dtype serves the others)
+BYTE_SCALED = ("add", "mul", "copy", "masked_fill_rows", "mul_rows", "gather_rows", "silu_mul_chunked")
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,19 @@ class Gemm:
     kind: str
     eff: float  # achieved / datasheet peak of the measuring GPU
     ms: float
+
+
+@dataclass(frozen=True)
+class GroupedGemm:
+    """One measured grouped GEMM: `experts` groups of m rows, [m, k] x [k, n] each (torch's grouped_mm as
+    transformers' grouped_mm experts call it); kind forward or forward_backward."""
+    experts: int
+    m: int
+    n: int
+    k: int
+    dtype: str
+    kind: str
+    eff: float  # achieved / datasheet peak of the measuring GPU (flops 2·E·m·n·k, x3 for forward_backward)
 
 
 @dataclass(frozen=True)
@@ -47,6 +62,7 @@ class KernelConstants:
     ref_hbm: float
     ref_peaks: dict = field(hash=False)
     gemms: tuple = ()
+    grouped_gemms: tuple = ()  # GroupedGemm rows; without them an expert GEMM is priced as a dense GEMM
     stream_eff: float = 0.75
     matmul_floor_ms: float = 0.022
     launch_floor_ms: float = 0.0095
@@ -102,6 +118,41 @@ class Kernels:
         stream = (m * k + n * k + m * n) * es / self.stream_rate()
         return max(compute, stream) * 1e3
 
+    def _grouped_eff(self, m: int, n: int, k: int, dtype: str, kind: str) -> float | None:
+        rows = [g for g in self.k.grouped_gemms if g.dtype == dtype and g.kind == kind]
+        if not rows:
+            return None
+        lm, ln, lk = math.log2(max(m, 1)), math.log2(max(n, 1)), math.log2(max(k, 1))
+        scored = sorted(((math.log2(g.m) - lm) ** 2 + (math.log2(g.n) - ln) ** 2 + (math.log2(g.k) - lk) ** 2, g.eff)
+                        for g in rows)[:3]
+        w = [1.0 / (d + 0.25) for d, _ in scored]
+        return sum(wi * e for wi, (_, e) in zip(w, scored, strict=True)) / sum(w)
+
+    def grouped_gemm_ms(self, experts: int, m: int, n: int, k: int, dtype: str, kind: str = "forward") -> float:
+        """GPU ms of one grouped GEMM over `experts` groups of m rows ([m, k] x [k, n] each) in `dtype`; kind
+        forward, or backward (grad_input and grad_weight: the measured forward_backward less the forward).
+        Efficiency at the nearest measured grouped shapes (fp32 runs torch's loop fallback, far below the dense
+        fp32 GEMM); without grouped rows in the calibration, `experts` dense GEMMs. At least the expert weights'
+        stream (a decode step reads every routed expert's weights)."""
+        if experts <= 0 or m <= 0 or n <= 0 or k <= 0:
+            return 0.0
+        weights = experts * n * k * (DTYPE_BITS[dtype] // 8) / self.stream_rate() * 1e3
+        peak = self.gpu.peak_flops_per_s[dtype]
+        flops = 2.0 * experts * m * n * k
+        ref_peak = self.k.ref_peaks.get(dtype, peak)
+        fwd_eff = self._grouped_eff(m, n, k, dtype, "forward") if self.k.gemm_efficiency is None else None
+        fb_eff = self._grouped_eff(m, n, k, dtype, "forward_backward") if self.k.gemm_efficiency is None else None
+        if fwd_eff is None or (kind == "backward" and fb_eff is None):  # dense GEMMs, or the manual efficiency
+            if kind == "forward":
+                return max(experts * self.gemm_ms(m, n, k, dtype), weights)
+            return max(experts * (self.gemm_ms(m, n, k, dtype, "grad_input") +
+                                  self.gemm_ms(m, n, k, dtype, "grad_weight")), 2 * weights)
+        fwd = flops / (ref_peak * fwd_eff) * (ref_peak / peak) * 1e3
+        if kind == "forward":
+            return max(fwd, weights)
+        fb = 3 * flops / (ref_peak * fb_eff) * (ref_peak / peak) * 1e3
+        return max(fb - fwd, 2 * weights)
+
     def stream_rate(self) -> float:
         if self.k.hbm_efficiency is not None:
             return self.gpu.hbm_bytes_per_s * self.k.hbm_efficiency
@@ -114,7 +165,7 @@ class Kernels:
             (op, "float32"))
         if c is None:  # not measured: a copy of the same bytes
             c = self.k.mem_ops[("copy", "bfloat16")]
-        scale = (DTYPE_BITS[dtype] // 8) / (DTYPE_BITS[c.dtype] // 8) if op in ("add", "mul", "copy") else 1.0
+        scale = (DTYPE_BITS[dtype] // 8) / (DTYPE_BITS[c.dtype] // 8) if op in BYTE_SCALED else 1.0
         per = c.b_ms_per_element * scale
         if self.bw_scale is None:  # --hbm-efficiency: the measured rate re-expressed at that fraction
             per *= (self.k.ref_hbm / self.gpu.hbm_bytes_per_s) * (self.k.stream_eff / self.k.hbm_efficiency)

@@ -1,13 +1,17 @@
 """Fit the time model (estimator/call/timing.py: FIT_FACTORS) from measured rows.
 
-`python -m validation.fit_time validation/data/h200_calibration.csv validation/data/h200_heldout.csv`
-prints, per backend and mode, flop_fit (16-bit), fp32_flop_fit, masked_flop_fit, bw_fit, exp_fit, dropout_fit and
-overhead_ms from a weighted least-squares fit of relative error (time = Σ a_k·term_k + c over the terms of
-`timing.time_terms`; rows >= 1 ms weigh 1, shorter ones SHORT_WEIGHT), the median error of the fit and of the
-model now in the estimator on rows >= 1 ms, then the FIT_FACTORS dict to paste into timing.py. A coefficient
-that comes out negative is dropped (its term refitted without it: fit factor 1000, i.e. the term is ~free);
-a term no row of a group has (fp32 on flash/cuDNN, masks on math/eager) takes another term's factor. Pure pandas +
-numpy: runs without torch.
+`python -m validation.fit_time validation/data/h200_calibration.csv validation/data/h200_heldout.csv
+validation/data/h200_heldout2.csv validation/data/h200_heldout3.csv validation/data/h200_heldout4.csv
+validation/data/h200_heldout5.csv` prints, per backend and mode, the fit factors of `timing.time_terms`' GPU terms
+(flop_fit 16-bit, fp32_flop_fit, masked_flop_fit, bw_fit, exp_fit, dropout_fit, gemm_fit, wide_flop_fit), the host
+ms per launched kernel, the ms per dQ lock step and overhead_ms, from a weighted least-squares fit of relative
+error of time = max(Σ a_k·term_k, h·kernels, s·dq_steps) + c (`timing.combine`; rows >= 1 ms weigh 1, shorter ones
+SHORT_WEIGHT). The max is fitted by alternating regimes: each row is assigned to the branch its current prediction
+says is longest, all branches' linear models are refitted together, until the assignment is stable. It prints the
+median error of the fit and of the model now in the estimator on rows >= 1 ms, then the FIT_FACTORS dict to paste
+into timing.py. A coefficient that comes out negative is dropped (its term refitted without it: fit factor 1000,
+i.e. the term is ~free); a term no row of a group has (fp32 on flash/cuDNN, masks on math/eager) takes another
+term's factor. Pure pandas + numpy: runs without torch.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import pandas as pd
 from estimator.call.attention import estimate_columns
 from estimator.call.flops import executed_flops
 from estimator.call.table import calls_from_frame
-from estimator.call.timing import time_terms
+from estimator.call.timing import combine, dq_lock_steps, host_kernels, time_terms
 from estimator.hardware import get_gpu
 
 SHORT_WEIGHT = 0.25  # weight of rows under 1 ms (overhead-dominated) relative to rows >= 1 ms
@@ -42,6 +46,31 @@ def _solve(design, weights):
         keep[min(neg, key=lambda i: full[i])] = False
 
 
+def _solve_regimes(terms, branches, meas, w, iterations: int = 30):
+    """Coefficients (a_terms..., h_branches..., c) of time = max(Σ a·terms, h_1·x_1, h_2·x_2, ...) + c (the
+    branches x: kernel launches, dQ lock steps), least squares of weighted relative error, numpy only: start from
+    the sum (every branch added), then assign each row to the regime that its current prediction says is the
+    longest and refit all regimes' linear models together, until the assignment stops changing."""
+    nt, nb = terms.shape[1], branches.shape[1]
+    ones = np.ones((len(meas), 1))
+    designs = [np.concatenate([terms, np.zeros_like(branches), ones], axis=1)]
+    for j in range(nb):
+        only = np.zeros_like(branches)
+        only[:, j] = branches[:, j]
+        designs.append(np.concatenate([np.zeros_like(terms), only, ones], axis=1))
+    coef = _solve(np.concatenate([terms, branches, ones], axis=1) / meas[:, None], w)
+    regime = None
+    for _ in range(iterations):
+        parts = np.column_stack([terms @ coef[:nt]] + [branches[:, j] * coef[nt + j] for j in range(nb)])
+        new = np.argmax(parts, axis=1)
+        if regime is not None and np.array_equal(new, regime):
+            break
+        regime = new
+        design = np.choose(regime[:, None], designs) / meas[:, None]
+        coef = _solve(design, w)
+    return coef
+
+
 def fit(frames: list[pd.DataFrame], gpu_name: str = "h200") -> pd.DataFrame:
     gpu = get_gpu(gpu_name)
     d = pd.concat(frames, ignore_index=True)
@@ -50,43 +79,59 @@ def fit(frames: list[pd.DataFrame], gpu_name: str = "h200") -> pd.DataFrame:
     cols = estimate_columns(c, backend, gpu)
     sel = cols["selected_backend"]
     terms = time_terms(c, sel, executed_flops(c, sel), gpu)
+    branches = np.column_stack([host_kernels(c, sel) * np.ones(len(d)), dq_lock_steps(c, sel, gpu.sm_count)])
     meas = pd.to_numeric(d.measured_time_ms).to_numpy()
     out = []
     for (b, g), idx in pd.DataFrame({"b": sel, "g": c.grad}).groupby(["b", "g"]).groups.items():
         idx = np.asarray(idx)
-        design = np.concatenate([terms[idx], np.ones((len(idx), 1))], axis=1) / meas[idx, None]
-        w = np.where(meas[idx] >= 1.0, 1.0, SHORT_WEIGHT)
-        used = np.abs(design).sum(axis=0) > 0
+        t, x, m = terms[idx], branches[idx], meas[idx]
+        w = np.where(m >= 1.0, 1.0, SHORT_WEIGHT)
+        used = np.abs(t).sum(axis=0) > 0
         nt = terms.shape[1]
-        coef = np.zeros(nt + 1)
-        coef[used] = _solve(design[:, used], w)
-        coef[nt] = max(coef[nt], MIN_OVERHEAD_MS)
-        for k in (0, 1, 2):  # a term no row of the group has (fp32 on flash, masks on math) takes another's rate
-            if not used[k]:
-                coef[k] = coef[1 if k != 1 and used[1] else 0] if used[0] or used[1] else 1.0
-        pred = terms[idx] @ coef[:nt] + coef[nt]
-        big = meas[idx] >= 1.0
-        fitted = np.abs(pred - meas[idx]) / meas[idx]
-        now = np.abs(cols["time_ms"][idx] - meas[idx]) / meas[idx]
-        inv = [round(1 / x, 3) if x > 1e-3 else 1000.0 for x in coef[:nt]]
+        nb = x.shape[1]
+        coef = np.zeros(nt + nb + 1)  # the terms' a, then ms per kernel and per dQ lock step, then c (ms)
+        has = np.flatnonzero(x.any(axis=0))
+        sub = _solve_regimes(t[:, used], x[:, has], m, w)
+        coef[np.flatnonzero(used)] = sub[:used.sum()]
+        coef[nt + has] = sub[used.sum():-1]
+        coef[-1] = max(sub[-1], MIN_OVERHEAD_MS)
+        for j in (0, 1, 2, 7):  # a term no row of the group has (fp32 on flash, masks on math) takes another's rate
+            if not used[j]:
+                coef[j] = coef[0 if j == 7 and used[0] else 1 if j != 1 and used[1] else 0] \
+                    if used[0] or used[1] else 1.0
+        pred = combine(t @ coef[:nt], x[:, 0] * coef[nt], x[:, 1] * coef[nt + 1], coef[-1])
+        big = m >= 1.0
+        fitted = np.abs(pred - m) / m
+        now = np.abs(cols["time_ms"][idx] - m) / m
+        inv = [round(1 / v, 3) if v > 1e-3 else 1000.0 for v in coef[:nt]]
         out.append({"backend": b, "grad": bool(g), "rows": len(idx), "rows_1ms": int(big.sum()),
-                    "flop_fit": inv[0], "fp32_flop_fit": inv[1], "masked_flop_fit": inv[2], "bw_fit": inv[3],
-                    "exp_fit": inv[4], "dropout_fit": inv[5], "overhead_ms": round(coef[nt], 3),
+                    **dict(zip(FACTOR_NAMES, inv, strict=True)), "host_ms_per_kernel": round(coef[nt], 4),
+                    "ms_per_dq_step": round(coef[nt + 1], 5), "overhead_ms": round(coef[-1], 3),
                     "fit_median_err_1ms": round(float(np.median(fitted[big])), 3) if big.any() else None,
                     "model_median_err_1ms": round(float(np.median(now[big])), 3) if big.any() else None})
     return pd.DataFrame(out)
 
 
+FACTOR_NAMES = (
+    "flop_fit", "fp32_flop_fit", "masked_flop_fit", "bw_fit", "exp_fit", "dropout_fit", "gemm_fit", "wide_flop_fit")
+
+
+def factor_tuples(table: pd.DataFrame) -> dict:
+    """{(backend, grad): FIT_FACTORS tuple} of a fit table."""
+    return {(r["backend"], bool(r["grad"])): tuple(r[n] for n in FACTOR_NAMES) + (
+                r["host_ms_per_kernel"], r["ms_per_dq_step"], r["overhead_ms"])
+            for r in table.to_dict("records")}
+
+
 def factors_source(table: pd.DataFrame) -> str:
     """The FIT_FACTORS dict literal for estimator/call/timing.py."""
-    lines = [f'    ("{r.backend}", {r.grad}): ({r.flop_fit}, {r.fp32_flop_fit}, {r.masked_flop_fit}, {r.bw_fit}, '
-             f'{r.exp_fit}, {r.dropout_fit}, {r.overhead_ms}),'
-             for r in table.sort_values(["backend", "grad"]).itertuples()]
+    lines = [f'    ("{b}", {g}): ({", ".join(str(x) for x in f)}),'
+             for (b, g), f in sorted(factor_tuples(table).items())]
     return "FIT_FACTORS = {\n" + "\n".join(lines) + "\n}"
 
 
 # the grid the decode constants are chosen from (ms): HF's Python per layer and per model of one decode step
-DECODE_LAYER_GRID = (0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7)
+DECODE_LAYER_GRID = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7)
 DECODE_MODEL_GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
 
 
@@ -117,7 +162,8 @@ if __name__ == "__main__" and sys.argv[1:2] == ["--decode"]:
     layer, model, errs = fit_decode(pd.read_csv(sys.argv[2], dtype=str, keep_default_na=False))
     print(f"DECODE_LAYER_PYTHON_MS = {layer}\nDECODE_MODEL_PYTHON_MS = {model}\nrelative errors {errs}")
 elif __name__ == "__main__":
-    paths = sys.argv[1:] or ["validation/data/h200_calibration.csv", "validation/data/h200_heldout.csv"]
+    paths = sys.argv[1:] or [f"validation/data/h200_{name}.csv" for name in (
+        "calibration", "heldout", "heldout2", "heldout3", "heldout4", "heldout5")]
     table = fit([pd.read_csv(p, dtype=str, keep_default_na=False) for p in paths])
     print(table.to_string(index=False))
     print(factors_source(table))

@@ -1,65 +1,82 @@
 """Predicted duration of one attention call on a GPU: what the kernels execute, at fitted rates.
 
-time = Σ_k terms_k(call) / fit_k + overhead, per (backend, mode), with these terms in ms (`time_terms`):
+time = max(GPU work, host dispatch, serial chain) + overhead, per (backend, mode) (`combine`), where
 
-* compute: FLOPs as the kernels execute them (`executed_tile_flops`): fused kernels work in tiles, so the
-  query length is padded to the kernel's query tile (a decode-shaped call with L=2 computes a whole 64- or
-  128-row tile), head_dim to the kernel's instantiation (FA2: multiples of 32), causal tiles above the diagonal
-  skipped; times the wave-quantisation factor: a forward kernel without split-KV (cuDNN, memory-efficient)
-  runs B·Hq·ceil(L/tile) CTAs on `sm_count` SMs, so 16 CTAs use 16 of 132 SMs for the whole key loop.
-  Backward kernels are parallel over key tiles (B·Hq·ceil(S/tile) CTAs). At the fp32 peak for fp32 inputs
-  and for math (which upcasts 16-bit inputs to fp32), the 16-bit tensor-core peak otherwise.
-* the same compute for fp32 inputs (a separate fit: each path's fp32 kernels reach another share of their peak).
-* masked compute: the same for calls with an attn_mask on a fused backend (cuDNN and the efficient kernel
-  add a bias tile per score tile and run markedly slower than their unmasked kernels: fitted separately).
-* exp: score elements the fused kernel's softmax touches (forward once, backward twice), padded and waved like the
-  compute, at 1/256 of the 16-bit tensor-core rate (the SFU exp rate): independent of head_dim, so it is what
-  bounds small-head_dim calls.
-* dropout: fused kernels draw a Philox number per executed score element (forward once, backward once to
-  rebuild the kept set), counted like exp; math and eager run native_dropout over the score matrix (read, write,
-  bool keep-mask; backward reads gradient and mask): HBM bytes (`dropout_bytes`). 0 without dropout.
-* memory: HBM bytes per backend (`hbm_bytes`): q, k, v, out (×3 with backward) for fused kernels, plus the
-  mask's bool->float conversion pass and the bias read once per query head; math's fp32 and eager's passes
-  over the score matrix; math/eager expanding k/v for GQA.
+* GPU work = Σ_k terms_k(call) / fit_k, with these terms in ms (`time_terms`):
+  - compute: FLOPs as the fused kernels execute them (`executed_tile_flops`): they work in tiles, so the query
+    length is padded to the kernel's query tile (a decode-shaped call with L=2 computes a whole 64- or 128-row
+    tile), head_dim to the kernel's instantiation (FA2: multiples of 32), causal tiles above the diagonal skipped;
+    times the wave-quantisation factor: a forward kernel without split-KV (cuDNN, memory-efficient) runs
+    B·Hq·ceil(L/tile) CTAs on `sm_count` SMs, so 16 CTAs use 16 of 132 SMs for the whole key loop. Backward
+    kernels are parallel over key tiles (B·Hq·ceil(S/tile) CTAs). At the 16-bit tensor-core peak.
+  - the same compute for fp32 inputs, at the fp32 peak (a separate fit: each path's fp32 kernels reach another
+    share of their peak).
+  - masked compute: the same for calls with an attn_mask on cuDNN or the efficient kernel (they add a bias tile
+    per score tile and run markedly slower than their unmasked kernels: fitted separately).
+  - wide compute: the same for unmasked 16-bit calls with head_dim > 128 (those kernels run smaller tiles, and the
+    efficient backward keeps dK/dV in global memory: a 16-bit efficient backward at head_dim 160 runs ~5x slower
+    per FLOP than at 128 on the H200).
+  - exp: score elements the fused kernel's softmax touches (forward once, backward twice), padded and waved like
+    the compute, at 1/256 of the 16-bit tensor-core rate (the SFU exp rate): independent of head_dim, so it is
+    what bounds small-head_dim calls.
+  - dropout: fused kernels draw a Philox number per executed score element (forward once, backward once to
+    rebuild the kept set), counted like exp; math and eager: native_dropout's bytes (their op chain).
+  - memory: HBM bytes of fused kernels (`hbm_bytes`): q, k, v, out (×3 with backward), plus the mask's
+    bool->float conversion pass and the bias read once per query head; math and eager: the bytes of their
+    elementwise ops, softmax and copies (`chain_terms`, estimator/call/op_chain.py).
+  - GEMMs of math and eager: each bmm of their op chain as a roofline, max(FLOPs at peak, operand + output bytes
+    at HBM bandwidth), so a GEMV-shaped bmm of a short query over long keys (and GQA's expanded k/v, math's fp32
+    upcasts) costs the bytes it moves.
+* host dispatch = ms per kernel × the kernels the call launches (`host_kernels`: math's and eager's op chain, 9 to
+  38 launches; the fused backends' few launches are in the overhead): a math backward of ~30 small kernels takes
+  ~1 ms however small the call, since the GPU waits for their launches.
+* serial chain = ms per step × the memory-efficient backward's serialized dQ accumulations (`dq_lock_steps`): with
+  a short query over long keys its key-split CTAs take turns adding to the same dQ tile.
 
-The fit factors and the per-call overhead per backend and mode are a least-squares fit of relative error over
-the H200 rows of validation/data/h200_calibration.csv + h200_heldout.csv (torch 2.11), rows of 1 ms and more
-weighted 1, shorter rows 0.25 (the target is calls >= 1 ms). Reproduce the committed constants with
+The fit factors, the ms per kernel and per step and the overhead per backend and mode are a least-squares fit of
+relative error over the H200 rows (torch 2.11) of the six measured sets below, rows of 1 ms and more weighted 1,
+shorter rows 0.25 (the target is calls >= 1 ms); the max is fitted by alternating regimes (validation/fit_time.py).
+Reproduce the committed constants with
 
-    python -m validation.fit_time validation/data/h200_calibration.csv validation/data/h200_heldout.csv
+    python -m validation.fit_time validation/data/h200_calibration.csv validation/data/h200_heldout.csv \
+        validation/data/h200_heldout2.csv validation/data/h200_heldout3.csv validation/data/h200_heldout4.csv \
+        validation/data/h200_heldout5.csv
 
 (it prints FIT_FACTORS to paste). They are fit factors, not hardware efficiencies (some exceed 1). flex is not in
 that fit: flash's factors at 85% of its FLOP rate (FlexAttention paper, Dong et al. 2024, arXiv:2412.05496 §5);
-validation/data/h200_flex_calls.csv checks it. Errors before/after: docs/plan.md, time section.
+validation/data/h200_flex_calls.csv checks it. Leave-one-set-out errors: docs/plan.md, time section.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from estimator.call import op_chain
 from estimator.call.flops import block_fraction
 from estimator.call.shapes import Calls, cdiv, round_up
 from estimator.hardware import GPU
 
 FLEX_FLOP_SHARE = 0.85  # flex's FLOP rate relative to flash's (the FlexAttention paper, §5)
-# (flop_fit 16-bit, flop_fit fp32, masked_flop_fit, bw_fit, exp_fit, dropout_fit, overhead_ms) per
-# (backend, forward_backward): the fit described in the module docstring
+# (flop_fit 16-bit, flop_fit fp32, masked_flop_fit, bw_fit, exp_fit, dropout_fit, gemm_fit, wide_flop_fit,
+# host_ms_per_kernel, ms_per_dq_step, overhead_ms) per (backend, forward_backward): the fit described in the module
+# docstring (a factor 1000: the term came out free; a factor no row of the group exercises copies another)
 FIT_FACTORS = {
-    ("cudnn", False): (0.997, 0.997, 0.271, 1000.0, 1000.0, 0.214, 0.07),
-    ("cudnn", True): (0.736, 0.736, 0.326, 1000.0, 2.149, 0.337, 0.307),
-    ("eager", False): (0.313, 1.377, 1.377, 0.373, 1000.0, 0.287, 0.132),
-    ("eager", True): (1000.0, 2.34, 2.34, 0.539, 1000.0, 0.361, 0.871),
-    ("efficient", False): (2.138, 0.874, 0.745, 0.676, 0.096, 0.051, 0.061),
-    ("efficient", True): (0.135, 0.694, 1.397, 0.094, 1000.0, 0.108, 0.267),
-    ("flash", False): (0.405, 0.405, 0.405, 1000.0, 2.331, 0.361, 0.086),
-    ("flash", True): (0.333, 0.333, 0.333, 1000.0, 1000.0, 0.191, 0.382),
-    ("math", False): (0.971, 1.358, 1.358, 0.312, 1000.0, 0.674, 0.209),
-    ("math", True): (0.878, 1.023, 1.023, 1.104, 1000.0, 0.392, 1.001),
+    ("cudnn", False): (1.055, 1.055, 0.368, 2.502, 1000.0, 0.199, 1000.0, 1.059, 0.0, 0.0, 0.077),
+    ("cudnn", True): (0.784, 0.784, 0.344, 1000.0, 1.858, 0.277, 1000.0, 0.849, 0.0, 0.0, 0.339),
+    ("eager", False): (1.0, 1.0, 1.0, 0.524, 1000.0, 0.851, 0.611, 1.0, 0.0162, 0.0, 0.11),
+    ("eager", True): (1.0, 1.0, 1.0, 0.536, 1000.0, 1.583, 0.665, 1.0, 0.0512, 0.0, 0.291),
+    ("efficient", False): (1000.0, 0.891, 0.708, 0.734, 0.093, 0.134, 1000.0, 0.238, 0.0, 0.0, 0.073),
+    ("efficient", True): (0.341, 0.716, 0.69, 0.582, 0.132, 0.069, 1000.0, 0.05, 0.0, 0.00116, 0.378),
+    ("flash", False): (0.617, 0.617, 0.617, 2.319, 0.496, 0.573, 1000.0, 0.391, 0.0, 0.0, 0.092),
+    ("flash", True): (0.354, 0.354, 0.354, 1.849, 1.688, 0.142, 1000.0, 0.322, 0.0, 0.0, 0.409),
+    ("math", False): (1.0, 1.0, 1.0, 0.522, 1000.0, 0.64, 0.793, 1.0, 0.0103, 0.0, 0.188),
+    ("math", True): (1.0, 1.0, 1.0, 0.349, 1000.0, 1.301, 1.439, 1.0, 0.0358, 0.0, 0.365),
 }
 for _g in (False, True):  # flex: flash's compute rates times FLEX_FLOP_SHARE, flash's bandwidth and overhead
-    _f, _f32, _m, _b, _e, _r, _o = FIT_FACTORS[("flash", _g)]
+    _f, _f32, _m, _b, _e, _r, _gm, _w, *_rest = FIT_FACTORS[("flash", _g)]
     FIT_FACTORS[("flex", _g)] = (round(_f * FLEX_FLOP_SHARE, 3), round(_f32 * FLEX_FLOP_SHARE, 3),
-                                 round(_m * FLEX_FLOP_SHARE, 3), _b, _e, _r, _o)
+                                 round(_m * FLEX_FLOP_SHARE, 3), _b, _e, _r, _gm, round(_w * FLEX_FLOP_SHARE, 3),
+                                 *_rest)
 
 FUSED = ("flash", "efficient", "cudnn", "flex")
 # query-tile rows of the forward kernel: FA2's split-KV forward kBlockM 64 (flex: 128-row blocks); cuDNN's
@@ -92,7 +109,8 @@ def wave_factor(ctas, sms):
 def executed_tile_flops(c: Calls, backend, executed, sms: int, per_score: bool = False,
                         score_passes: tuple[float, float] = (1.0, 2.0)):
     """Compute-time FLOPs (float64): for fused backends, tile-padded FLOPs times the wave factor; forward and
-    backward apart (backward 0 in forward mode). math and eager: `executed` (their GEMMs are large cuBLAS calls).
+    backward apart (backward 0 in forward mode). math and eager: `executed` (`time_terms` prices their
+    op chain instead: `chain_terms`).
     per_score: the score elements the fused kernel's softmax touches instead (exp, max, scale: forward once,
     backward twice: the recomputed exp and dS), with the same padding and waves; 0 for math and eager.
     score_passes: the (forward, backward) passes per score element counted with per_score."""
@@ -117,40 +135,67 @@ def executed_tile_flops(c: Calls, backend, executed, sms: int, per_score: bool =
 
 
 def hbm_bytes(c: Calls, backend):
-    """Bytes moved through HBM. Fused kernels read q, k, v and write out (≈3× that for backward), plus an
-    attn_mask: a bool mask's conversion to the input dtype (read 1 B, write es per element of (B, 1, L, S)) and
-    the bias read once per query head (again in backward). math and eager also stream the score matrix: ≈6
-    passes over it forward and ≈10 backward (write scores, read/write softmax, casts, mask), in fp32 for math
-    and the input dtype for eager; and with GQA they expand k and v to the query heads (write + read)."""
+    """Bytes a fused kernel moves through HBM: q, k, v and out (≈3× that for backward), plus an attn_mask: a bool
+    mask's conversion to the input dtype (read 1 B, write es per element of (B, 1, L, S)) and the bias read once
+    per query head (again in backward). math and eager: their op chain's bytes instead (`chain_terms`)."""
     qo = 2 * c.B * c.Hq * c.L * c.D * c.es
     kv = 2 * c.B * c.Hk * c.S * c.D * c.es
     p = c.B * c.Hq * c.L * c.S
     ls = c.B * c.L * c.S
     masked = (c.mask_bool | c.mask_float) & (backend != "flex")  # flex reads its BlockMask, not a dense mask
-    fused_fwd = qo + kv + np.where(masked, p * c.es, 0) + np.where(c.mask_bool, ls * (1 + c.es), 0)
-    expand = np.where(c.Hq != c.Hk, 2 * 2 * c.B * c.Hq * c.S * c.D, 0)
-    math_fwd = qo + kv + expand * 4 + 6 * p * 4
-    eager_fwd = qo + kv + expand * c.es + 4 * p * c.es + 2 * p * 4
-    fwd = np.where(backend == "math", math_fwd, np.where(backend == "eager", eager_fwd, fused_fwd))
-    bwd = np.where(np.isin(backend, ("math", "eager")), fwd * 10.0 / 6.0,
-                   3.0 * (qo + kv) + np.where(masked, p * c.es, 0))
+    fwd = qo + kv + np.where(masked, p * c.es, 0) + np.where(c.mask_bool, ls * (1 + c.es), 0)
+    bwd = 3.0 * (qo + kv) + np.where(masked, p * c.es, 0)
     return fwd + np.where(c.grad, bwd, 0.0)
 
 
-def dropout_bytes(c: Calls, backend):
-    """HBM bytes of math's and eager's dropout on the probabilities (native_dropout): read p, write the kept
-    values and a bool keep-mask; backward reads the gradient and the mask and writes the gradient. fp32 for math,
-    the input dtype for eager; 0 without dropout and for fused backends (they draw Philox numbers in registers)."""
-    p = c.B * c.Hq * c.L * c.S
-    sz = np.where(backend == "math", 4, c.es)
-    fwd = p * (2 * sz + 1)
-    return np.where(c.has_dropout & np.isin(backend, ("math", "eager")), fwd + np.where(c.grad, fwd, 0), 0.0)
+GEMM_TILE = 64  # rows and columns of a cuBLAS GEMM's output tile (CTA) that the chain's bmm are priced at
+
+
+def gemm_executed_flops(shape, sms: int):
+    """FLOPs a batched GEMM (batch, m, n, k) executes: m and n padded to the output tile (a GEMV, m or n of 1, is
+    not padded: cuBLAS runs a GEMV kernel), times the wave factor of batch·ceil(m/64)·ceil(n/64) CTAs on `sms`
+    SMs: a (2 × S)·(S × 40) product of 16 heads is 16 CTAs, each running the whole S-long reduction on one SM."""
+    batch, m, n, k = shape
+    m, n = (np.where(x > 1, round_up(np.asarray(x, dtype=np.int64), GEMM_TILE), x).astype(np.float64)
+            for x in (m, n))
+    ctas = batch * cdiv(m, GEMM_TILE) * cdiv(n, GEMM_TILE)
+    return 2 * batch * m * n * k * np.where(batch > 0, wave_factor(ctas, sms), 0.0)
+
+
+def chain_terms(c: Calls, backend, gpu: GPU):
+    """math's and eager's op chains (estimator/call/op_chain.py) priced at the naive rates, in ms: (GEMMs, elementwise
+    bytes, dropout bytes). Each GEMM (bmm) is a roofline: its FLOPs at peak or its operand + output bytes at HBM
+    bandwidth, whichever is longer (a GEMV-shaped bmm of a short query over long keys costs its bytes). math's GEMMs
+    run at the fp32 peak (it upcasts 16-bit inputs), eager's at its input dtype's. 0 for other backends."""
+    backend = np.asarray(backend)
+    bw = gpu.hbm_bytes_per_s / 1e3
+    out = [np.float64(0.0)] * 3
+    for name in op_chain.CHAIN_BACKENDS:
+        sel = backend == name
+        if not np.any(sel):
+            continue
+        fp32 = np.asarray(c.fp32 | (name == "math"))
+        peak = np.where(fp32, gpu.peak_flops_per_s["float32"], gpu.peak_flops_per_s["bfloat16"]) / 1e3
+        gemm = ew = drop = 0.0
+        for op in op_chain.chain_ops(c, name):
+            if op.kind == "gemm":
+                gemm = gemm + np.maximum(gemm_executed_flops(op.gemm, gpu.sm_count) / peak, op.bytes / bw)
+            elif op.kind == "dropout":
+                drop = drop + op.bytes / bw
+            else:
+                ew = ew + op.bytes / bw
+        new = (gemm, ew, drop)
+        out = [np.where(sel, n, o) for n, o in zip(new, out, strict=True)]
+    return out
 
 
 def time_terms(c: Calls, backend, executed, gpu: GPU):
-    """The model's terms in ms at the naive rates, stacked last: compute of unmasked calls with 16-bit inputs,
-    the same with fp32 inputs (each path's fp32 kernels reach a different share of the fp32 peak than its
-    16-bit kernels of theirs), compute of masked calls on cuDNN/efficient, memory."""
+    """The model's GPU terms in ms at the naive rates, stacked last (FIT_FACTORS' first eight entries divide them):
+    compute of unmasked calls with 16-bit inputs, the same with fp32 inputs (each path's fp32 kernels reach a
+    different share of the fp32 peak than its 16-bit kernels of theirs), compute of masked calls on
+    cuDNN/efficient, memory, exp, dropout, GEMMs (math and eager: `chain_terms`), compute of unmasked 16-bit calls
+    with head_dim > 128 on a fused backend."""
+    backend = np.asarray(backend)
     peak = np.where(c.fp32 | (backend == "math"), gpu.peak_flops_per_s["float32"], gpu.peak_flops_per_s["bfloat16"])
     comp = executed_tile_flops(c, backend, executed, gpu.sm_count) / peak * 1e3
     masked = (c.mask_bool | c.mask_float) & np.isin(backend, ("efficient", "cudnn"))
@@ -162,10 +207,42 @@ def time_terms(c: Calls, backend, executed, gpu: GPU):
     # dropout: fused kernels draw a Philox number per executed score element (forward, and again in backward to
     # rebuild the kept set), integer work beside the exp; math and eager run native_dropout over the score matrix
     rng = executed_tile_flops(c, backend, executed, gpu.sm_count, per_score=True, score_passes=(1.0, 1.0)) / exp_rate
-    drop = np.where(c.has_dropout, np.where(np.isin(backend, FUSED), rng * 1e3,
-                                            dropout_bytes(c, backend) / gpu.hbm_bytes_per_s * 1e3), 0.0)
-    return np.stack(np.broadcast_arrays(np.where(masked | c.fp32, 0.0, comp), np.where(~masked & c.fp32, comp, 0.0),
-                                        np.where(masked, comp, 0.0), mem, scores, drop), axis=-1)
+    drop = np.where(c.has_dropout, rng * 1e3, 0.0)
+    # 16-bit kernels for head_dim > 128 run smaller tiles (FA2 and cuDNN) or keep dK/dV in global memory (the
+    # efficient backward's kNeedsAccumGradK/V): their own rate
+    wide = ~masked & ~c.fp32 & (c.D > 128)
+    fused = [np.where(masked | c.fp32 | wide, 0.0, comp), np.where(~masked & c.fp32, comp, 0.0),
+             np.where(masked, comp, 0.0), mem, scores, drop]
+    gemm, ew, cdrop = chain_terms(c, backend, gpu)
+    chain = np.isin(backend, op_chain.CHAIN_BACKENDS)
+    terms = [np.where(chain, x, f) for x, f in zip((0.0, 0.0, 0.0, ew, 0.0, cdrop), fused, strict=True)] + \
+        [np.where(chain, gemm, 0.0), np.where(chain | ~wide, 0.0, comp)]
+    return np.stack(np.broadcast_arrays(*terms), axis=-1)
+
+
+def host_kernels(c: Calls, backend):
+    """Kernels whose dispatch the host pays for before the GPU can finish: math's and eager's op chain; 0 for the
+    fused backends (their one to few launches are in the overhead)."""
+    return op_chain.kernel_count(c, backend)
+
+
+def dq_lock_steps(c: Calls, backend, sms: int):
+    """Serialized dQ accumulations of the memory-efficient backward: PyTorch splits its keys over
+    ceil(S/64) CTAs per (batch, head) (attention_backward.cu: num_splits_key = ceil_div(num_keys, kBlockSizeJ)),
+    and the CTAs of one query block add their dQ share in turn under a lock (xformers kernel_backward.h,
+    GradQTempStorage), so a call of a short query over long keys is a chain of B·Hq·splits lock hand-offs rather
+    than parallel work. With fewer splits than SMs, about sms/splits chains run side by side. 0 elsewhere."""
+    splits = cdiv(c.S, BWD_KEY_TILE["efficient"]).astype(np.float64) if hasattr(c.S, "astype") else \
+        float(cdiv(c.S, BWD_KEY_TILE["efficient"]))
+    steps = c.B * c.Hq * splits * np.minimum(1.0, splits / sms)
+    return np.where((np.asarray(backend) == "efficient") & c.grad, steps, 0.0)
+
+
+def combine(gpu_ms, host_ms, serial_ms, overhead_ms):
+    """A call's time: the longest of the host's dispatch of its kernels (the GPU runs behind the host; a call of
+    short kernels waits for their launches), the GPU's work, and a serialized chain inside a kernel (the
+    memory-efficient backward's dQ locks), plus the fixed overhead (first launch, sync)."""
+    return np.maximum(np.maximum(gpu_ms, host_ms), serial_ms) + overhead_ms
 
 
 def time_ms(c: Calls, backend, executed, gpu: GPU):
@@ -173,9 +250,14 @@ def time_ms(c: Calls, backend, executed, gpu: GPU):
     terms = time_terms(c, backend, executed, gpu)
     shape = np.shape(terms)[:-1]
     fit = np.ones(shape + (np.shape(terms)[-1],), dtype=np.float64)
+    host = np.zeros(shape, dtype=np.float64)
+    step = np.zeros(shape, dtype=np.float64)
     overhead = np.zeros(shape, dtype=np.float64)
-    for (name, grad), (*factors, oh) in FIT_FACTORS.items():
+    for (name, grad), (*factors, per_kernel, per_step, oh) in FIT_FACTORS.items():
         sel = (backend == name) & (c.grad == grad)
         fit = np.where(sel[..., None], np.array(factors), fit)
+        host = np.where(sel, per_kernel, host)
+        step = np.where(sel, per_step, step)
         overhead = np.where(sel, oh, overhead)
-    return np.sum(terms / fit, axis=-1) + overhead
+    return combine(np.sum(terms / fit, axis=-1), host * host_kernels(c, backend),
+                   step * dq_lock_steps(c, backend, gpu.sm_count), overhead)

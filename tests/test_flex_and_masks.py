@@ -129,3 +129,14 @@ def test_flash_attn_package_runs_the_window_natively():
     assert fa.executed_flops < 0.6 * flash.executed_flops and fa.time_ms < flash.time_ms
     assert not estimate_call(call(mask="bool", causal=False, backend="flash-attn"), H200).supported
     assert plan("flash-attn").total_bytes < plan("auto").total_bytes
+
+
+def test_flex_with_dropout_is_refused_not_run_without_it():
+    """flex_attention has no dropout: the H200 held-out set (h200_heldout6.csv) caught the runner timing five such
+    calls without their dropout; the planner already said unsupported."""
+    torch = pytest.importorskip("torch")
+    from validation.flex import attention
+
+    q = torch.zeros(1, 1, 4, 8)
+    with pytest.raises(RuntimeError, match="No available kernel: flex_attention has no dropout"):
+        attention(q, q, q, None, enable_gqa=False, dropout=0.1)

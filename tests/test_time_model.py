@@ -107,6 +107,39 @@ def test_h200_held_out_times():
     assert result["prefill_err"].dropna().abs().median() <= 0.2
 
 
+def test_h200_whole_model_times_on_the_last_held_out_set():
+    """validation/data/h200_hf_heldout_c.csv was measured after the MoE pricing, the call-time op chains and the
+    decode refit were committed (10 families, prefill, decode and training). Prefill and step meet the 15% target
+    on >= 80% of its rows; steady decode does not (3/11), and the decode error band says so: 10 of its 11 rows
+    sit inside it (the eager Llama ran 2.2x the plan)."""
+    from estimator.model.step_time import TIME_ERROR_BAND
+
+    result = _report([DATA / "h200_hf_heldout_c.csv"])
+    for col in ("prefill_err", "step_err"):
+        err = result[col].dropna().abs()
+        assert len(err) >= 10 and (err <= 0.15).mean() >= 0.8, col
+    ratio = 1 / (1 + result["decode_err"].dropna()) - 1  # measured / planned - 1
+    lo, hi = TIME_ERROR_BAND["decode"]
+    assert len(ratio) == 11 and ((ratio >= lo - 0.1) & (ratio <= hi + 0.1)).mean() >= 0.8
+
+
+def test_h200_call_time_on_the_last_held_out_set():
+    """validation/data/h200_heldout6.csv (seed 23) was measured after timing.FIT_FACTORS were fitted: median
+    |error| on the SDPA and eager calls of 1 ms or more 9.9% (92 calls). Its flex rows with dropout ran without it
+    (a runner bug since fixed) and are left out."""
+    from estimator.call.attention import estimate_columns
+    from estimator.call.table import calls_from_frame
+
+    d = pd.read_csv(DATA / "h200_heldout6.csv", dtype=str, keep_default_na=False)
+    d = d[(d.status == "ok") & ~((d.backend == "flex") & (pd.to_numeric(d.dropout) > 0))].reset_index(drop=True)
+    c, backend, _ = calls_from_frame(d)
+    cols = estimate_columns(c, backend, get_gpu("h200"))
+    measured = pd.to_numeric(d.measured_time_ms).to_numpy()
+    big = (measured >= 1.0) & (cols["selected_backend"] != "flex")
+    err = abs(cols["time_ms"][big] / measured[big] - 1)
+    assert big.sum() >= 90 and float(pd.Series(err).median()) <= 0.10
+
+
 # --- one attention call's time (estimator/call/timing.py) and decode's cuDNN graph builds ------------------------
 
 CALL_SETS = ("calibration", "heldout", "heldout2", "heldout3", "heldout4", "heldout5")  # timing.FIT_FACTORS' fit

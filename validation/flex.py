@@ -58,7 +58,9 @@ def reset() -> None:
     _COMPILED.clear()
 
 
-def attention(q, k, v, mask, *, enable_gqa: bool):
+def attention(q, k, v, mask, *, enable_gqa: bool, dropout: float = 0.0):
+    if dropout > 0:  # flex_attention has no dropout argument: running it without would measure another call
+        raise RuntimeError(f"{NO_KERNEL}: flex_attention has no dropout")
     if q.device.type != "cuda":
         raise RuntimeError(f"{NO_KERNEL}: flex_attention is measured on CUDA only (its CPU path has no backward)")
     from torch.nn.attention.flex_attention import flex_attention

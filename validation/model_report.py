@@ -115,8 +115,11 @@ def time_summary(result: pd.DataFrame) -> list[str]:
         if not len(err):
             continue
         within = int((err.abs() <= TIME_TOLERANCE).sum())
+        ratio = (1 / (1 + err) - 1).sort_values()  # measured / planned - 1, the band's quantity
+        lo, hi = ratio.quantile(0.1), ratio.quantile(0.9)
         lines.append(f"{name} time: {len(err)} rows, median |error| {err.abs().median():.1%}, within 15% "
-                     f"{within}/{len(err)} ({within / len(err):.0%}), median planned/measured {1 + err.median():.2f}.")
+                     f"{within}/{len(err)} ({within / len(err):.0%}), median planned/measured {1 + err.median():.2f}, "
+                     f"measured/planned - 1 from {lo:+.2f} to {hi:+.2f} (10th-90th percentile).")
     return lines
 
 

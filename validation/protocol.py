@@ -89,7 +89,7 @@ def run_call(call: AttentionCall, inp: Inputs) -> None:
     with sdpa_context(call.backend), (contextlib.nullcontext() if call.training else torch.no_grad()):
         if call.backend == "flex":
             out = flex.attention(inp.q, inp.k, inp.v, inp.extra.get("block_mask"),
-                                 enable_gqa=call.kv_heads != call.q_heads)
+                                 enable_gqa=call.kv_heads != call.q_heads, dropout=call.dropout)
         elif call.backend == "flash-attn":
             out = flex.flash_attn(call, inp.q, inp.k, inp.v)
         elif call.backend == "eager":

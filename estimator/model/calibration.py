@@ -17,7 +17,7 @@ from estimator.model.kernel_prices import Gemm, GroupedGemm, KernelConstants, Me
 MAX_BYTES = 4 << 20  # a calibration file is ~30 kB; refuse anything past 4 MiB
 DEFAULT_FILE = Path(__file__).with_name("data") / "h200_calibration_kernels.json"
 DEFAULT_SOURCE = ("validation/data/h200_calibration_kernels.json: `python -m validation calibrate --device cuda "
-                  "--budget-s 80` on an NVIDIA H200, torch 2.11.0+cu130")
+                  "--budget-s 120` on an NVIDIA H200, torch 2.11.0+cu130")
 
 
 def _fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:

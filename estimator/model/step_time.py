@@ -2,7 +2,7 @@
 backward, optimizer), each split into its kernel classes. Pure arithmetic; the constants come from a kernel
 calibration file (`estimator/model/calibration.py`), by default the one measured on the H200:
 
-    python -m validation calibrate --device cuda --budget-s 80 --out validation/data/h200_calibration_kernels.json
+    python -m validation calibrate --device cuda --budget-s 120 --out validation/data/h200_calibration_kernels.json
     (torch 2.11.0+cu130, H200; a copy ships as estimator/model/data/h200_calibration_kernels.json)
 
 The mechanism, for one pass over the layers of one GPU (tokens T = batch per GPU × tokens per GPU):

@@ -108,19 +108,28 @@ def test_h200_held_out_times():
 
 
 def test_h200_whole_model_times_on_the_last_held_out_set():
-    """validation/data/h200_hf_heldout_c.csv was measured after the MoE pricing, the call-time op chains and the
-    decode refit were committed (10 families, prefill, decode and training). Prefill and step meet the 15% target
-    on >= 80% of its rows; steady decode does not (3/11), and the decode error band says so: 10 of its 11 rows
-    sit inside it (the eager Llama ran 2.2x the plan)."""
-    from estimator.model.step_time import TIME_ERROR_BAND
-
+    """validation/data/h200_hf_heldout_c.csv was measured after the MoE pricing and the call-time op chains were
+    committed (10 families, prefill, decode and training): prefill and step meet the 15% target on >= 80% of its
+    rows."""
     result = _report([DATA / "h200_hf_heldout_c.csv"])
     for col in ("prefill_err", "step_err"):
         err = result[col].dropna().abs()
         assert len(err) >= 10 and (err <= 0.15).mean() >= 0.8, col
-    ratio = 1 / (1 + result["decode_err"].dropna()) - 1  # measured / planned - 1
+
+
+def test_h200_decode_on_the_held_out_decode_set():
+    """validation/data/h200_hf_decode_heldout_p1/p2.csv: 12 configs measured twice, in two processes, after the
+    host-bound decode model was committed. Median |error| 13% (15/24 within 15%); the two processes themselves
+    differ by up to 1.75x on one config, which is why the decode error band is wide. Their prefills: 24/24."""
+    from estimator.model.step_time import TIME_ERROR_BAND
+
+    result = _report([DATA / "h200_hf_decode_heldout_p1.csv", DATA / "h200_hf_decode_heldout_p2.csv"])
+    err = result["decode_err"].dropna()
+    assert len(err) == 24 and err.abs().median() <= 0.15 and (err.abs() <= 0.15).mean() >= 0.6
+    assert (result["prefill_err"].dropna().abs() <= 0.15).all()
+    ratio = 1 / (1 + err) - 1  # measured / planned - 1
     lo, hi = TIME_ERROR_BAND["decode"]
-    assert len(ratio) == 11 and ((ratio >= lo - 0.1) & (ratio <= hi + 0.1)).mean() >= 0.8
+    assert ((ratio >= lo) & (ratio <= hi)).mean() >= 0.8
 
 
 def test_h200_call_time_on_the_last_held_out_set():

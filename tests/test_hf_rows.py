@@ -11,14 +11,19 @@ from validation.model_report import compare
 
 # file -> rows that ran and must be within max(3%, 2 MiB)
 WITHIN = {
-    "h200_hf_recipes.csv": 101,  # of 102
+    "h200_hf_recipes.csv": 102,  # of 102
     "h200_hf_windows_a.csv": 20,  # of 21
     "h200_hf_windows_b.csv": 18,  # of 18 (flex)
     "h200_hf_time.csv": 19,  # of 19 (measured after the recipes model was fitted: held out)
-    "h200_hf_archs.csv": 29,  # of 33
+    "h200_hf_archs.csv": 31,  # of 33
     "h200_hf_heldout.csv": 16,  # of 16, measured after every model change: held out
     "h200_hf_heldout_b.csv": 15,  # of 16 (Phi-3 prefill at 24k: -3.3%)
     "h200_hf_decode.csv": 7,  # of 7, measured after every memory change
+    # held out, measured after the time-model changes; its Phi-3 bf16-true training row (5.5% above the plan)
+    # showed the fused qkv buffer the saved v keeps alive, modelled since
+    "h200_hf_heldout_c.csv": 23,  # of 23
+    "h200_hf_decode_heldout_p1.csv": 12,  # of 12, held out
+    "h200_hf_decode_heldout_p2.csv": 12,  # of 12, the same cases in a second process
 }
 # Out-of-memory runs the plan still calls "fits": gpt-oss-20b training at 8,192 tokens failed with 113 GiB
 # allocated and about 11 GiB cached in pieces, asking for 16 GiB; the plan says 122 GiB + a 16 GiB block fits.

@@ -181,8 +181,9 @@ def training_activations(inputs: PlanInputs, attn: list[LayerAttention], z: Size
     # the normed input the projections save: one tensor shared by q/k/v (and one by the FFN), or under autocast
     # one 16-bit cast per linear (q, k, v: 3; gate, up: 2)
     normed = b * n_sp * m.hidden * es
-    attn_in_saved = 3 * normed if z.autocast else normed
-    ffn_in_saved = (2 if m.gated_ffn else 1) * normed if z.autocast else normed
+    # (Phi-3's fused qkv_proj and gate_up_proj are one linear each: one cast)
+    attn_in_saved = (1 if m.fused_qkv else 3) * normed if z.autocast else normed
+    ffn_in_saved = (2 if m.gated_ffn and not m.fused_gate_up else 1) * normed if z.autocast else normed
     ffn_save = ffn_in_saved + (4 if m.gated_ffn else 2) * b * n * z.F * es  # + gate, act, up, product (SwiGLU)
     ffn_grads = 2 * b * n * z.F * es
     # MoE layers (grouped_mm experts, blocks.moe_saved_bytes): what they save replaces the dense MLP's in
@@ -217,6 +218,10 @@ def training_activations(inputs: PlanInputs, attn: list[LayerAttention], z: Size
         # saves its repeated k, v (both inside `retained`)
         qkv_saved = {"math": 0, "eager": z.q if m.q_heads != m.kv_heads else z.q + z.kv}.get(
             backend, z.q + (a.kv_repeat_bytes or z.kv))  # SDPA with a mask saves the repeated k, v
+        if m.fused_qkv and backend not in ("math", "eager") and not a.kv_repeat_bytes:
+            # the saved v is a view of the fused qkv_proj output: the whole (q, k, v) buffer stays alive beside
+            # the rotated q and k the kernel saves
+            qkv_saved += z.q + z.kv // 2
         none_layer = norm_save + attn_in_saved + qkv_saved + retained + ffn_save
         if none_layer > sum(worst.values()):
             worst = {"layer_attention_bytes": attn_in_saved + qkv_saved + retained, "layer_ffn_bytes": ffn_save,

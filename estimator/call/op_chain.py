@@ -78,19 +78,24 @@ def _bmm(name, kernels, c: Calls, m, n, k, elem) -> Op:
     return Op(name, "gemm", kernels, flops, nbytes, (np.where(on, batch, 0.0), m, n, k))
 
 
+def _sizes(c: Calls):
+    """What both chains are written in: element size, 16-bit / GQA / grad / dropout flags, the element counts of the
+    scores P (B·Hq·L·S), q Q, k or v K (at the kv heads) and Ke (at the query heads), a (L, S) and a (B, L, S) mask,
+    a zero of the right shape, and on(cond, n): n kernels where cond."""
+    P = _f(c.B) * c.Hq * c.L * c.S
+    one = np.ones_like(P)
+
+    def on(cond, n=1):
+        return np.where(cond, n, 0) * one
+
+    return (_f(c.es), ~c.fp32, c.gqa, c.grad, c.has_dropout, P, _f(c.B) * c.Hq * c.L * c.D,
+            _f(c.B) * c.Hk * c.S * c.D, _f(c.B) * c.Hq * c.S * c.D, _f(c.L) * c.S, _f(c.B) * c.L * c.S,
+            np.zeros_like(P), on)
+
+
 def math_ops(c: Calls) -> list[Op]:
     """math's chain (forward, plus backward where c.grad). Everything after the upcast is fp32 (4 bytes)."""
-    es = _f(c.es)
-    half = ~c.fp32
-    gqa, grad, drop = c.gqa, c.grad, c.has_dropout
-    P = _f(c.B) * c.Hq * c.L * c.S
-    Q = _f(c.B) * c.Hq * c.L * c.D
-    K = _f(c.B) * c.Hk * c.S * c.D
-    Ke = _f(c.B) * c.Hq * c.S * c.D  # k or v at the query heads (== K without GQA)
-    LS = _f(c.L) * c.S
-    BLS = _f(c.B) * c.L * c.S
-    one, zero = np.ones_like(P), np.zeros_like(P)
-    on = lambda cond, n=1: np.where(cond, n, 0) * one  # noqa: E731 - kernels where `cond`
+    es, half, gqa, grad, drop, P, Q, K, Ke, LS, BLS, zero, on = _sizes(c)
 
     ops = [
         Op("upcast q, k, v", "ew", on(half, 3), zero, np.where(half, (Q + 2 * K) * (es + 4), 0)),
@@ -128,17 +133,7 @@ def math_ops(c: Calls) -> list[Op]:
 
 def eager_ops(c: Calls) -> list[Op]:
     """eager's chain (validation/eager.py): scores in the input dtype, softmax in fp32."""
-    es = _f(c.es)
-    half = ~c.fp32
-    gqa, grad, drop = c.gqa, c.grad, c.has_dropout
-    P = _f(c.B) * c.Hq * c.L * c.S
-    Q = _f(c.B) * c.Hq * c.L * c.D
-    K = _f(c.B) * c.Hk * c.S * c.D
-    Ke = _f(c.B) * c.Hq * c.S * c.D
-    LS = _f(c.L) * c.S
-    BLS = _f(c.B) * c.L * c.S
-    one, zero = np.ones_like(P), np.zeros_like(P)
-    on = lambda cond, n=1: np.where(cond, n, 0) * one  # noqa: E731
+    es, half, gqa, grad, drop, P, Q, K, Ke, LS, BLS, zero, on = _sizes(c)
     masked = c.causal | c.mask_bool
 
     ops = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from validation.calibrate_sections import gemm_grid
+from validation.calibrate_gemm import gemm_grid
 from validation.cli import main
 
 KEYS = ("device_name", "torch_version", "cuda_version", "measured_at", "gemm", "memory_bound", "launch_floor_ms",

@@ -59,10 +59,9 @@ import time
 
 import torch
 
+from validation.calibrate_gemm import measure_gemms, measure_grouped_gemms
 from validation.calibrate_sections import (
     measure_attention,
-    measure_gemms,
-    measure_grouped_gemms,
     measure_launch,
     measure_memory_bound,
     measure_optimizers,

@@ -185,9 +185,9 @@ class Kernels:
         scale = self.bw_scale if self.bw_scale is not None else self.k.ref_hbm / self.gpu.hbm_bytes_per_s
         return ms * params / 1e9 * scale
 
-    def decode_attention_ms(self, backend: str, kv_bytes: float) -> tuple[float, float]:
-        """(GPU ms, host ms) of one q_len = 1 SDPA call over `kv_bytes` of cache: the measured rows' fixed part is
-        the call's host cost (the calibration loop is host-bound there), the slope the device's stream."""
-        a, rate = self.k.decode_attention.get(backend) or self.k.decode_attention.get("flash") or (0.05, 4e9)
+    def decode_attention_ms(self, backend: str, kv_bytes: float) -> float:
+        """GPU ms of one q_len = 1 SDPA call over `kv_bytes` of cache: the slope of the measured rows (the device's
+        stream; their fixed part is host cost, which a decode step charges per launched kernel instead)."""
+        _, rate = self.k.decode_attention.get(backend) or self.k.decode_attention.get("flash") or (0.05, 4e9)
         scale = self.bw_scale if self.bw_scale is not None else self.k.ref_hbm / self.gpu.hbm_bytes_per_s
-        return max(kv_bytes / rate * scale, GPU_KERNEL_FLOOR_MS), a
+        return max(kv_bytes / rate * scale, GPU_KERNEL_FLOOR_MS)

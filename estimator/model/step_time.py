@@ -1,6 +1,7 @@
 """Whole-model time from measured kernel classes: prefill, decode per token and the training step (forward,
 backward, optimizer), each split into its kernel classes. Pure arithmetic; the constants come from a kernel
-calibration file (`estimator/model/calibration.py`), by default the one measured on the H200:
+calibration file (`estimator/model/calibration.py`), by default the one measured on the H200; each layer's
+kernels are priced in estimator/model/layer_passes.py:
 
     python -m validation calibrate --device cuda --budget-s 120 --out validation/data/h200_calibration_kernels.json
     (torch 2.11.0+cu130, H200; a copy ships as estimator/model/data/h200_calibration_kernels.json)
@@ -15,15 +16,16 @@ The mechanism, for one pass over the layers of one GPU (tokens T = batch per GPU
   measured time t = a + b·elements (least squares over the calibration's sizes), b scaled by HBM_ref / HBM_gpu.
   Backward of an elementwise op = BACKWARD_MEMORY_FACTOR × its forward (reads its saved inputs and the incoming
   gradient, writes the outgoing one).
-- attention core: `estimate_call`'s time (estimator/call/timing.py) of the layer's call; decode: the measured
-  q_len = 1 SDPA rows, t = a + KV bytes / rate.
+- attention core: `estimate_call`'s time (estimator/call/timing.py) of the layer's call; decode: KV bytes at
+  the stream rate of the measured q_len = 1 SDPA rows.
 - optimizer: measured ms per 1e9 parameters of `--optimizer` in the update dtype, × HBM_ref / HBM_gpu.
 - decode: + one cuDNN graph build (`CUDNN_GRAPH_BUILD_MS`) per step per distinct growing-cache layer shape
   that SDPA runs on cuDNN (`decode_graph_builds`): each new KV length is a new graph in PyTorch's cache.
 - CPU: every kernel costs the host `launch_floor_ms` (a GEMM the measured eager matmul floor), and each decoder
   layer HF's eager Python (`LAYER_PYTHON_MS`, set from the fit set of whole models, see below). A pass takes
   max(GPU sum, CPU sum) (the host runs ahead of the device while the queue is deep) + the model-level Python the
-  device waits for (`MODEL_PYTHON_MS`) + one synchronize.
+  device waits for (`MODEL_PYTHON_MS`) + one synchronize. A decode step charges `DECODE_KERNEL_HOST_MS` per
+  launched kernel instead (profiled: its Python dispatch, not the bare launch, sets the pace).
 
 Other GPUs: GEMM efficiencies and stream fractions are relative to the measuring GPU's datasheet peaks and
 scale with the target's; CPU costs do not scale. Not modelled: clocks under power limits, cache effects across
@@ -37,14 +39,12 @@ from typing import TYPE_CHECKING
 from estimator.call.config import DTYPE_BITS
 from estimator.call.shapes import cdiv
 from estimator.hardware import GPU
+from estimator.model import layer_passes as passes
 from estimator.model.kernel_prices import KernelConstants, Kernels
 
 if TYPE_CHECKING:
     from estimator.model.inputs import LayerAttention, PlanInputs
 
-# Backward of a memory-bound op relative to its forward: read the saved input(s) and the incoming gradient, write
-# the outgoing gradient (RMSNorm backward re-reads its fp32 input too). An assumption, checked by the step rows.
-BACKWARD_MEMORY_FACTOR = 2.0
 # HF's eager Python: per decoder-layer call (module __call__s, cache bookkeeping; host time that overlaps queued
 # device work) and per model forward (mask and rotary set-up, output dataclasses, the first kernels' start: host
 # time the device waits for). Set by hand from the fit set's residuals (measured - planned with both at 0) on the
@@ -109,229 +109,6 @@ def decode_graph_builds(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU
     return len(shapes)
 
 
-class Pass:
-    """Accumulates one pass's kernels: GPU ms by class, host ms, kernel count."""
-
-    def __init__(self) -> None:
-        self.gpu: dict[str, float] = {}
-        self.cpu = 0.0
-        self.python = 0.0  # host time the device waits for (HF's eager Python between the layers' kernels)
-        self.kernels = 0
-
-    def add(self, cls: str, gpu_ms: float, cpu_ms: float, kernels: int = 1, times: float = 1.0) -> None:
-        if cls == "python":  # host time the device waits for: not overlapped
-            self.python += cpu_ms * times
-            return
-        if cls == "host":  # host time that overlaps queued device work
-            self.cpu += cpu_ms * times
-            return
-        self.gpu[cls] = self.gpu.get(cls, 0.0) + gpu_ms * times
-        self.cpu += cpu_ms * times
-        self.kernels += round(kernels * times)
-
-    def merge(self, other: Pass, times: float = 1.0) -> None:
-        for k, v in other.gpu.items():
-            self.gpu[k] = self.gpu.get(k, 0.0) + v * times
-        self.cpu += other.cpu * times
-        self.python += other.python * times
-        self.kernels += round(other.kernels * times)
-
-    def total(self, sync_ms: float) -> float:
-        return max(sum(self.gpu.values()), self.cpu) + self.python + sync_ms
-
-    def split(self, sync_ms: float) -> dict[str, float]:
-        """GPU ms per class, plus the host time the GPU waited for (launch and Python overhead) and the sync."""
-        out = {k: round(v, 4) for k, v in sorted(self.gpu.items())}
-        out["launch_overhead"] = round(max(0.0, self.cpu - sum(self.gpu.values())) + sync_ms, 4)
-        out["python_overhead"] = round(self.python, 4)
-        return out
-
-
-
-# --------------------------------------------------------------------------------------------------- the model
-
-def _es(dtype: str) -> int:
-    return DTYPE_BITS[dtype] // 8
-
-
-def _gemm(p: Pass, kern: Kernels, m, n, k, dtype, *, cast_weight: bool = False, count: int = 1) -> None:
-    """A linear layer forward: the GEMM (+ autocast's cast of its fp32 weight)."""
-    p.add("gemm", kern.gemm_ms(m, n, k, dtype), kern.k.matmul_floor_ms, 1, count)
-    if cast_weight:
-        g, kn = kern.mem_ms("cast_bf16_fp32", n * k)
-        p.add("memory_bound", g, kern.k.launch_floor_ms * kn, kn, count)
-
-
-def _mem(p: Pass, kern: Kernels, op: str, elements: float, dtype: str = "bfloat16", count: float = 1.0) -> None:
-    g, kn = kern.mem_ms(op, elements, dtype)
-    p.add("memory_bound", g, kern.k.launch_floor_ms * kn, kn, count)
-
-
-def _linear_shapes(inputs: PlanInputs) -> tuple[list, list, list]:
-    """Per-layer (N, K, count) of the attention projections, the dense MLP and one MoE layer's dense parts."""
-    m, tp = inputs.model, inputs.tp
-    H, d = m.hidden, m.head_dim
-    hq, hk = inputs.q_heads_per_gpu, inputs.kv_heads_per_gpu
-    dv = m.v_head_dim or d
-    if m.kv_lora_rank:  # MLA: its down/up projections as one equivalent GEMM of the same weights (5 launches)
-        attn = [(max(1, cdiv(m._attention_matmul_params(), tp) // H), H, 1)]
-        attn += [(1, 1, 4)]  # the other four launches (their FLOPs are in the equivalent GEMM)
-    elif m.fused_qkv:
-        attn = [((hq + 2 * hk) * d, H, 1), (H, hq * dv, 1)]
-    else:
-        attn = [(hq * d, H, 1), (hk * d, H, 1), (hk * dv, H, 1), (H, hq * dv, 1)]
-    F = cdiv(m.ffn, tp)
-    if m.gated_ffn:
-        mlp = [(2 * F, H, 1), (H, F, 1)] if m.fused_gate_up else [(F, H, 2), (H, F, 1)]
-    else:
-        mlp = [(F, H, 1), (H, F, 1)]
-    shared = []
-    if m.shared_experts_ffn:
-        Fs = cdiv(m.shared_experts_ffn, tp)
-        shared = [(Fs, H, 2), (H, Fs, 1)]
-    return attn, mlp, shared
-
-
-def _layer_forward(inputs: PlanInputs, kern: Kernels, T: int, dtype: str, autocast: bool, moe: bool,
-                   core_ms: float, attention_backend: str, core_kernels: int = 3) -> Pass:
-    """One decoder (or encoder) layer's forward over T tokens of one GPU, HF eager."""
-    m = inputs.model
-    p = Pass()
-    H, d = m.hidden, m.head_dim
-    hq, hk = inputs.q_heads_per_gpu, inputs.kv_heads_per_gpu
-    rdt = "float32" if autocast else dtype  # residual stream dtype
-    norm_op = "rmsnorm" if m.norm == "rmsnorm" else "layernorm"
-    attn, mlp, shared = _linear_shapes(inputs)
-    # attention block: norm, projections, (q/k norms), RoPE, core, o_proj, residual add
-    _norm(p, kern, norm_op, T * H, rdt)
-    for n_, k_, c in attn:
-        if n_ > 1:
-            _gemm(p, kern, T, n_, k_, dtype, cast_weight=autocast, count=c)
-        else:
-            p.add("gemm", 0.0, kern.k.matmul_floor_ms, 1, c)
-    if m.qk_norm:
-        _norm(p, kern, "rmsnorm", T * (hq + hk) * d, dtype)
-    if m.kind == "decoder":
-        _mem(p, kern, "rope", T * hq * d, dtype)
-        _mem(p, kern, "rope", T * hk * d, dtype)
-    p.add("attention", core_ms, kern.k.launch_floor_ms * core_kernels, core_kernels)
-    if attention_backend == "eager" and hk < hq:  # repeat_kv: k and v expanded to every query head
-        _mem(p, kern, "copy", 2 * T * hq * d, dtype)
-    _mem(p, kern, "add", T * H, rdt)
-    if m.norms_per_layer >= 4:
-        _norm(p, kern, norm_op, T * H, rdt)
-    # MLP block
-    _norm(p, kern, norm_op, T * H, rdt)
-    if norm_op == "layernorm" and m.kind != "decoder":
-        pass
-    if moe:
-        _moe(p, kern, inputs, T, dtype, autocast, shared)
-    else:
-        for n_, k_, c in mlp:
-            _gemm(p, kern, T, n_, k_, dtype, cast_weight=autocast, count=c)
-        F = cdiv(m.ffn, inputs.tp)
-        _mem(p, kern, "silu_mul" if m.gated_ffn else "copy", T * F, dtype)
-    if m.norms_per_layer >= 4:
-        _norm(p, kern, norm_op, T * H, rdt)
-    _mem(p, kern, "add", T * H, rdt)
-    return p
-
-
-def _norm(p: Pass, kern: Kernels, op: str, elements: float, dtype: str) -> None:
-    if op == "rmsnorm":
-        _mem(p, kern, "rmsnorm", elements, dtype)
-    else:  # LayerNorm: one fused kernel, read + write (+ the fp32 statistics)
-        _mem(p, kern, "copy", elements, dtype)
-
-
-def _moe(p: Pass, kern: Kernels, inputs: PlanInputs, T: int, dtype: str, autocast: bool, shared: list) -> None:
-    """transformers 5.17 grouped_mm experts (integrations/moe.py `grouped_mm_experts_forward`), op by op: router
-    GEMM + softmax/top-k; sort of the expert ids, gather of the routed rows (rows = T·k), the pre-mask
-    (masked_fill_ over rows×H); gate_up as one grouped GEMM over the local experts (per-expert M = rows/E), its
-    masked_fill (out of place, rows×2F); act(gate)·up on the chunked (strided) halves; down (grouped), its
-    masked_fill; × routing weight per row; the inverse-permutation gather; the sum over the k rows of a token.
-    The masked_fills, the row-broadcast multiply and the strided act·mul run PyTorch's non-vectorised elementwise
-    kernel: priced at their own measured rates (calibration ops masked_fill_rows, mul_rows, silu_mul_chunked,
-    gather_rows). gpt-oss: per-row expert biases gathered and added after each grouped GEMM, and its clamped
-    SwiGLU (two clamps, α·x, sigmoid, two muls, +1 on the strided halves: ~1.6x the bytes of act·mul)."""
-    m = inputs.model
-    H, E, k = m.hidden, m.experts, m.experts_per_token
-    Fe = cdiv(m.moe_ffn, inputs.tp)
-    local_e = cdiv(E, inputs.ep)
-    rows = T * k
-    _gemm(p, kern, T, E, H, dtype, cast_weight=autocast)
-    _mem(p, kern, "softmax", T * E, "float32", 3)  # softmax, top-k, normalise
-    p.add("memory_bound", 0.0, kern.k.launch_floor_ms * 6, 6)  # sort, histc, cumsum, weights gather, clamp
-    _mem(p, kern, "gather_rows", rows * H, dtype)  # hidden_states[perm // k]
-    _mem(p, kern, "masked_fill_rows", rows * H, dtype)  # the pre-mask, in place
-    # the kernel visits only experts with rows (offsets): a decode step's few rows touch at most `rows` experts
-    active = max(1, min(local_e, rows))
-    per_expert = max(1, rows // active)
-    # torch's grouped_mm is not on autocast's lists: under autocast the experts run in their fp32 weights' dtype
-    edt = "float32" if autocast else dtype
-    for n_, k_ in ((2 * Fe, H), (H, Fe)):
-        p.add("gemm", kern.grouped_gemm_ms(active, per_expert, n_, k_, edt), kern.k.matmul_floor_ms, 1)
-        _mem(p, kern, "masked_fill_rows", rows * n_, edt)
-        if m.expert_bias:  # bias[expert_ids_g] (a gathered rows×n tensor), then out.add_(bias)
-            _mem(p, kern, "copy", rows * n_ / 2, edt)
-            _mem(p, kern, "add", rows * n_, edt)
-        if n_ == 2 * Fe:
-            _mem(p, kern, "silu_mul_chunked", rows * Fe, edt, 1.6 if m.expert_bias else 1.0)
-    _mem(p, kern, "mul_rows", rows * H, edt)  # × routing weight
-    _mem(p, kern, "gather_rows", rows * H, edt)  # weighted_out[inv_perm]
-    _mem(p, kern, "copy", (rows + T) * H / 2, edt)  # .view(T, k, H).sum(1): read rows×H, write T×H
-    for n_, k_, c in shared:
-        _gemm(p, kern, T, n_, k_, dtype, cast_weight=autocast, count=c)
-    if shared:
-        _mem(p, kern, "silu_mul", T * cdiv(m.shared_experts_ffn, inputs.tp), dtype)
-
-
-def _sinks_eager(p: Pass, kern: Kernels, call, dtype: str) -> None:
-    """gpt-oss's eager attention beyond the plain eager call (transformers 5.17 models/gpt_oss
-    `eager_attention_forward`): torch.cat of the sink column onto the (b, h, q, kv) scores (a copy), the row max
-    (a read), and the subtraction of that max broadcast over each row (PyTorch's non-vectorised elementwise kernel,
-    priced at the measured masked_fill_rows rate, the same kernel class). The backward of these is counted with
-    the layer's other memory-bound ops."""
-    n = call.batch * call.q_heads * call.q_len * (call.kv_len + 1)
-    _mem(p, kern, "copy", n, dtype)  # cat
-    _mem(p, kern, "copy", n / 2, dtype)  # max: one read
-    _mem(p, kern, "masked_fill_rows", n, dtype)  # - max, broadcast
-
-
-def _backward_of(fwd: Pass, kern: Kernels, gemm_bwd_ms: float, core_bwd_ms: float) -> Pass:
-    """A layer's backward from its forward: two GEMMs per forward GEMM (priced by the caller), memory-bound ops ×
-    BACKWARD_MEMORY_FACTOR, the attention core's backward."""
-    b = Pass()
-    b.add("gemm", gemm_bwd_ms, 0.0, 0)
-    b.add("memory_bound", fwd.gpu.get("memory_bound", 0.0) * BACKWARD_MEMORY_FACTOR, 0.0, 0)
-    b.add("attention", core_bwd_ms, 0.0, 0)
-    b.cpu = fwd.cpu * 2  # every forward launch has about two backward launches (autograd: C++, no Python)
-    b.python = 0.0
-    b.kernels = fwd.kernels * 2
-    return b
-
-
-def _gemm_backward_ms(inputs: PlanInputs, kern: Kernels, T: int, dtype: str, moe: bool,
-                      autocast: bool = False) -> float:
-    attn, mlp, shared = _linear_shapes(inputs)
-    shapes = [s for s in attn if s[0] > 1]
-    if moe:
-        m = inputs.model
-        Fe = cdiv(m.moe_ffn, inputs.tp)
-        active = max(1, min(cdiv(m.experts, inputs.ep), T * m.experts_per_token))  # see _moe
-        per_expert = max(1, T * m.experts_per_token // active)
-        edt = "float32" if autocast else dtype  # see _moe
-        total = sum(kern.grouped_gemm_ms(active, per_expert, n_, k_, edt, "backward")
-                    for n_, k_ in ((2 * Fe, m.hidden), (m.hidden, Fe)))
-        shapes += shared + [(m.experts, m.hidden, 1)]
-    else:
-        total = 0.0
-        shapes += mlp
-    for n_, k_, c in shapes:
-        total += c * (kern.gemm_ms(T, n_, k_, dtype, "grad_input") + kern.gemm_ms(T, n_, k_, dtype, "grad_weight"))
-    return total
-
-
 def step_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_gpu: int, weights: int,
                kv_cache: int, constants: KernelConstants, *, unsupported: bool) -> dict:
     """Per-GPU wall times (ms) and their kernel-class split; see the module docstring."""
@@ -341,7 +118,7 @@ def step_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_
     training = inputs.mode == "training"
     dtype = recipe.compute_dtype if (training and recipe) else inputs.dtype
     autocast = bool(training and recipe and recipe.autocast)
-    es = _es(dtype)
+    es = passes.element_bytes(dtype)
     b, n, H = inputs.batch_per_gpu, inputs.tokens_per_gpu, m.hidden
     T = b * n
     V = cdiv(m.vocab, inputs.tp) if m.kind == "decoder" else m.vocab
@@ -358,7 +135,7 @@ def step_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_
     backend = attn[-1].timing.selected_backend if attn and not unsupported else inputs.backend
 
     # ---- forward pass (prefill, or the training forward)
-    fwd = Pass()
+    fwd = passes.Pass()
     which_fwd = "forward_timing" if training else "timing"
     per_kind_layers = []
     for a in attn:  # layers by window; each window group split into dense and MoE layers proportionally
@@ -366,28 +143,28 @@ def step_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_
         for moe, count in ((False, a.layers * (1 - frac_moe)), (True, a.layers * frac_moe)):
             if count <= 0:
                 continue
-            lp = _layer_forward(inputs, kern, T, dtype, autocast, moe, core(a, which_fwd), backend)
+            lp = passes.layer_forward(inputs, kern, T, dtype, autocast, moe, core(a, which_fwd), backend)
             if a.kv_repeat_bytes:
-                _mem(lp, kern, "copy", a.kv_repeat_bytes / es, dtype)
+                passes.mem(lp, kern, "copy", a.kv_repeat_bytes / es, dtype)
             if m.attention_sinks and backend == "eager" and a.timing is not None:
-                _sinks_eager(lp, kern, a.timing.call, dtype)
+                passes.sinks_eager(lp, kern, a.timing.call, dtype)
             lp.add("host", 0.0, LAYER_PYTHON_MS, 0)  # overlaps the GPU work queued before it
             fwd.merge(lp, count)
             per_kind_layers.append((a, moe, count, lp))
     # model level: embedding gather, (Gemma's scale), final norm, head, masks and rotary set-up
-    _mem(fwd, kern, "copy", T * H, rdt)
-    _norm(fwd, kern, "rmsnorm" if m.norm == "rmsnorm" else "layernorm", T * H, rdt)
+    passes.mem(fwd, kern, "copy", T * H, rdt)
+    passes.norm(fwd, kern, "rmsnorm" if m.norm == "rmsnorm" else "layernorm", T * H, rdt)
     fwd.add("memory_bound", 0.0, kern.k.launch_floor_ms * 10, 10)  # position ids, cos/sin, mask set-up
     fwd.add("python", 0.0, MODEL_PYTHON_MS, 0)
     if m.kind == "decoder":
         rows = T if (training or inputs.logits == "all") else b
     else:
         conv = m.channels * m.patch_size**2
-        _gemm(fwd, kern, max(T - b, 1), H, conv, dtype, cast_weight=autocast)
+        passes.gemm(fwd, kern, max(T - b, 1), H, conv, dtype, cast_weight=autocast)
         rows = b
-    _gemm(fwd, kern, rows, V, H, dtype, cast_weight=autocast)
+    passes.gemm(fwd, kern, rows, V, H, dtype, cast_weight=autocast)
     if training:  # HF's loss: logits.float(), cross_entropy (forward and its backward measured together)
-        _mem(fwd, kern, "cast_bf16_fp32", rows * V)
+        passes.mem(fwd, kern, "cast_bf16_fp32", rows * V)
         g, kn = kern.mem_ms("cross_entropy_fwd_bwd", rows * V, "float32")
         fwd.add("memory_bound", g / 3, kern.k.launch_floor_ms * 2, 2)
 
@@ -398,14 +175,14 @@ def step_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_
         split["prefill"] = fwd.split(sync)
         step_ms = prefill_ms
     else:
-        bwd = Pass()
+        bwd = passes.Pass()
         for a, moe, count, lp in per_kind_layers:
             core_fb = core(a, "timing")
             core_f = core(a, "forward_timing")
-            lb = _backward_of(lp, kern, _gemm_backward_ms(inputs, kern, T, dtype, moe, autocast),
+            lb = passes.backward_of(lp, kern, passes.gemm_backward_ms(inputs, kern, T, dtype, moe, autocast),
                               max(core_fb - core_f, 0.0))
             if autocast:  # AccumulateGrad: the 16-bit weight gradients cast into the fp32 .grad
-                lparams = sum(n_ * k_ * c for n_, k_, c in _linear_shapes(inputs)[0] if n_ > 1)
+                lparams = sum(n_ * k_ * c for n_, k_, c in passes.linear_shapes(inputs)[0] if n_ > 1)
                 lparams += (cdiv(m._attention_matmul_params(), inputs.tp) if m.kv_lora_rank else 0)
                 ffn_params = (3 if m.gated_ffn else 2) * H * cdiv(m.ffn, inputs.tp)
                 g, kn = kern.mem_ms("cast_bf16_fp32", lparams + ffn_params)
@@ -420,15 +197,15 @@ def step_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_
             bwd.add("gemm", kern.gemm_ms(rows, V, H, dtype, kind), kern.k.matmul_floor_ms, 1)
         g, kn = kern.mem_ms("cross_entropy_fwd_bwd", rows * V, "float32")
         bwd.add("memory_bound", g * 2 / 3, kern.k.launch_floor_ms * 3, 3)
-        _mem(bwd, kern, "cast_bf16_fp32", rows * V)
-        _mem(bwd, kern, "copy", V * H, "float32" if autocast else dtype)
-        _mem(bwd, kern, "add", T * H, rdt)
+        passes.mem(bwd, kern, "cast_bf16_fp32", rows * V)
+        passes.mem(bwd, kern, "copy", V * H, "float32" if autocast else dtype)
+        passes.mem(bwd, kern, "add", T * H, rdt)
         k_acc = inputs.accumulation_steps
-        opt = Pass()
+        opt = passes.Pass()
         upd_dtype = "float32" if recipe and recipe.optimizer_param_bytes == 4 else dtype
         opt.add("optimizer", kern.optimizer_ms(inputs.optimizer, upd_dtype, params_gpu), kern.k.launch_floor_ms, 1)
         if recipe and recipe.grad_scaler:  # unscale_ + inf check: read and write every fp32 gradient
-            _mem(opt, kern, "mul", params_gpu, "float32")
+            passes.mem(opt, kern, "mul", params_gpu, "float32")
         if recipe and recipe.master_dtype:  # grads to fp32 masters, masters copied back to the 16-bit weights
             g, kn = kern.mem_ms("cast_bf16_fp32", params_gpu)
             opt.add("optimizer", 2 * g, kern.k.launch_floor_ms * kn, kn)
@@ -442,30 +219,31 @@ def step_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_
 
     decode_ms = first_pass_ms = None
     if m.kind == "decoder" and not training:
-        dec = Pass()
+        dec = passes.Pass()
         span_total = 0
         for a in attn:
             frac_moe = moe_layers / m.layers if m.layers else 0.0
             S = cdiv(a.span, inputs.cp) if a.window else cdiv(inputs.seq_len, inputs.cp)
-            kv_bytes = 2 * b * inputs.kv_heads_per_gpu * S * m.head_dim * _es(inputs.kv_dtype if inputs.kv_dtype in
-                                                                               DTYPE_BITS else dtype)
-            dcore = 0.0 if unsupported else kern.decode_attention_ms(backend, kv_bytes)[0]
+            kv_dtype = inputs.kv_dtype if inputs.kv_dtype in DTYPE_BITS else dtype
+            kv_bytes = 2 * b * inputs.kv_heads_per_gpu * S * m.head_dim * passes.element_bytes(kv_dtype)
+            dcore = 0.0 if unsupported else kern.decode_attention_ms(backend, kv_bytes)
             span_total += a.layers * S
             for moe, count in ((False, a.layers * (1 - frac_moe)), (True, a.layers * frac_moe)):
                 if count <= 0:
                     continue
-                lp = _layer_forward(inputs, kern, b, dtype, False, moe, dcore, backend)
+                lp = passes.layer_forward(inputs, kern, b, dtype, False, moe, dcore, backend)
                 g, kn = kern.mem_ms("copy", 2 * kv_bytes / es, dtype)  # DynamicCache.update: torch.cat
                 lp.add("memory_bound", g, kern.k.launch_floor_ms * 2, 2)
                 if backend == "eager" and inputs.kv_heads_per_gpu < inputs.q_heads_per_gpu:
-                    _mem(lp, kern, "copy", kv_bytes / es * inputs.q_heads_per_gpu / inputs.kv_heads_per_gpu, dtype)
+                    repeated = kv_bytes / es * inputs.q_heads_per_gpu / inputs.kv_heads_per_gpu
+                    passes.mem(lp, kern, "copy", repeated, dtype)
                 lp.cpu = lp.kernels * DECODE_KERNEL_HOST_MS  # host-bound: see DECODE_KERNEL_HOST_MS
                 dec.merge(lp, count)
-        top = Pass()  # model level: embedding, final norm, mask/position set-up, LM head
-        _mem(top, kern, "copy", b * H, dtype)
-        _norm(top, kern, "rmsnorm", b * H, dtype)
+        top = passes.Pass()  # model level: embedding, final norm, mask/position set-up, LM head
+        passes.mem(top, kern, "copy", b * H, dtype)
+        passes.norm(top, kern, "rmsnorm", b * H, dtype)
         top.add("memory_bound", 0.0, 0.0, 10)
-        _gemm(top, kern, b, V, H, dtype)
+        passes.gemm(top, kern, b, V, H, dtype)
         top.cpu = top.kernels * DECODE_KERNEL_HOST_MS
         top.add("python", 0.0, DECODE_MODEL_PYTHON_MS, 0)
         dec.merge(top)

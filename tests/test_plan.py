@@ -9,6 +9,7 @@ import pytest
 
 from estimator.call.attention import CUBLAS_WORKSPACE_BYTES
 from estimator.hardware import get_gpu
+from estimator.model.budget import Component
 from estimator.model.budget import budget as plan_budget
 from estimator.model.inputs import PlanInputs
 from estimator.model.plan import make_plan
@@ -515,3 +516,14 @@ def test_gradients_are_allocated_during_backward_unless_persistent():
     assert accumulating.component_bytes("gradients") == accumulating.gradient_bytes
     assert fresh.total_bytes < kept.total_bytes
     assert any(k.startswith("peak_phase_") for k in fresh.activation_detail)
+
+
+def test_a_budget_component_needs_a_known_key_and_int_bytes():
+    assert Component(key="kv_cache", label="kv cache", bytes=0).bytes == 0
+    with pytest.raises(ValueError, match="^key: unknown budget component 'scores'"):
+        Component(key="scores", label="scores", bytes=1)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="^bytes: "):
+            Component(key="weights", label="weights", bytes=bad)
+    with pytest.raises(ValueError, match="^key: "):
+        plan_budget(PlanInputs(model=get_preset("llama-2-7b"), seq_len=1024)).component_bytes("optimizer temporaries")

@@ -15,7 +15,7 @@ import pytest
 import torch.distributed as dist
 
 from estimator.model.hf_config import from_hf_config
-from validation.hf_configs import family_config
+from validation.model.hf_configs import family_config
 
 pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
                                 reason="torch.distributed's gloo backend is not built into this torch: the CPU "
@@ -105,9 +105,9 @@ def test_run_gpus_is_refused_on_the_cpu(tmp_path, capsys):
 
 def test_spread_merges_the_workers_rows_in_input_order(tmp_path):
     # the --gpus machinery with CPU workers (the CLI refuses this; spread itself does not care)
-    from validation.rows import read_cases
-    from validation.runner import RunOptions
-    from validation.sweep import spread
+    from validation.call.rows import read_cases
+    from validation.call.runner import RunOptions
+    from validation.call.sweep import spread
     inp = tmp_path / "in.csv"
     lines = ["id,batch,q_heads,kv_heads,head_dim,q_len,kv_len,dtype,causal,mask,mode,backend"]
     lines += [f"c{i},1,2,2,16,{32 * (i + 1)},{32 * (i + 1)},float32,0,none,forward,math" for i in range(3)]

@@ -1,4 +1,4 @@
-"""CPU tests of validation.hf_models (tiny families): every code path the H200 runs, bar the CUDA counters."""
+"""CPU tests of validation.model.hf_models (tiny families): every code path the H200 runs, bar the CUDA counters."""
 
 import csv
 import json
@@ -8,7 +8,12 @@ import pytest
 pytest.importorskip("transformers")
 import torch  # noqa: E402
 
-from validation import hf_configs, hf_models, hf_runs, hf_suites  # noqa: E402
+from validation.model import (
+    hf_configs,
+    hf_models,
+    hf_runs,
+    hf_suites,  # noqa: E402
+)
 
 
 def _rows(path):

@@ -19,4 +19,4 @@ def test_estimator_imports_no_torch_or_ui():
 
 
 def test_validation_imports_no_ui():
-    assert not {"streamlit", "plotly"} & loaded("validation.runner")
+    assert not {"streamlit", "plotly"} & loaded("validation.call.runner")

@@ -13,14 +13,14 @@ import pytest
 import torch
 
 from estimator.call.backends import DEFAULT_TORCH
-from validation import runner
-from validation import sweep as sweep_module
+from validation.call import runner
+from validation.call import sweep as sweep_module
+from validation.call.grid import case, number, write_csv
+from validation.call.guard import input_bytes
+from validation.call.rows import call_from_row, read_cases
+from validation.call.runner import RunOptions
+from validation.call.sweep import sweep
 from validation.cli import main
-from validation.grid import case, number, write_csv
-from validation.guard import input_bytes
-from validation.rows import call_from_row, read_cases
-from validation.runner import RunOptions
-from validation.sweep import sweep
 
 SMALL = dict(batch=1, q_heads=2, head_dim=16, q_len=64)
 

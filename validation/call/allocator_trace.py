@@ -8,7 +8,8 @@ import json
 
 import torch
 
-from validation.protocol import make_inputs, run_call
+from validation.call.protocol import make_inputs, run_call
+from validation.errors import first_line
 
 
 def trace(call) -> list[tuple[str, int]]:
@@ -30,13 +31,13 @@ def trace(call) -> list[tuple[str, int]]:
 
 
 def trace_rows(rows, out_path) -> None:
-    from validation.rows import call_from_row
+    from validation.call.rows import call_from_row
     result = {}
     for row in rows:
         try:
             result[row["id"]] = {"row": row, "events": trace(call_from_row(row))}
         except Exception as exc:  # noqa: BLE001 - record and continue
-            result[row["id"]] = {"row": row, "error": str(exc).splitlines()[0][:200]}
+            result[row["id"]] = {"row": row, "error": first_line(exc, 200)}
     with open(out_path, "w") as fh:
         json.dump(result, fh)
 
@@ -44,7 +45,7 @@ def trace_rows(rows, out_path) -> None:
 def trace_with_addresses(call, out_path) -> None:
     """Every allocator event (action, address, size) from the inputs through warm-up and measured call, for a
     call near the memory limit: shows where the caching allocator placed each block (segment reuse)."""
-    from validation.protocol import cuda_peak_extra_bytes
+    from validation.call.protocol import cuda_peak_extra_bytes
     torch.cuda.empty_cache()
     torch.cuda.memory._record_memory_history(max_entries=500000)
     status = "ok"

@@ -1,6 +1,6 @@
 """The calibration set: cases chosen to pin down each backend's allocations (mechanism, not fit).
 
-`python -m validation.calibration OUT_DIR` writes calibration.csv (≈700 rows) and traces.csv (a
+`python -m validation.call.calibration_cases OUT_DIR` writes calibration.csv (≈700 rows) and traces.csv (a
 subset whose allocation traces are recorded)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 from estimator.call.config import BACKENDS, MODES
-from validation.grid import DTYPES, case, number, random_sample, write_csv
+from validation.call.grid import DTYPES, case, number, random_sample, write_csv
 
 FUSED = ("flash", "efficient", "cudnn")
 

@@ -1,10 +1,10 @@
-"""The named case lists of `python -m validation grid --kind K`: the grids of validation/grid.py and the
-calibration set of validation/calibration.py, by name."""
+"""The named case lists of `python -m validation grid --kind K`: the grids of validation/call/grid.py and the
+calibration set of validation/call/calibration_cases.py, by name."""
 
 from __future__ import annotations
 
-from validation.calibration import calibration_rows
-from validation.grid import DTYPES, MODES, all_kinds_sample, cpu_grid, matrix, n_sweep, random_sample
+from validation.call.calibration_cases import calibration_rows
+from validation.call.grid import DTYPES, MODES, all_kinds_sample, cpu_grid, matrix, n_sweep, random_sample
 
 KINDS = ("nsweep", "matrix", "random", "calibration", "cpu", "sweep")
 

@@ -3,7 +3,7 @@
 It is the naive version that Hugging Face's `attn_implementation="eager"` and common profiling write-ups use:
 real GQA copies, scores in the input dtype, an out-of-place `masked_fill` for causal, a softmax
 upcast to fp32 and cast back, dropout, and a second matmul. The estimator predicts exactly this
-sequence (`estimator/memory.py: eager_timeline`); change one and you must change the other.
+sequence (`estimator/call/memory.py: eager_timeline`); change one and you must change the other.
 """
 
 from __future__ import annotations

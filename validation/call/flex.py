@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-NO_KERNEL = "No available kernel"  # validation.protocol reads this as `unsupported`
+NO_KERNEL = "No available kernel"  # validation.call.protocol reads this as `unsupported`
 _COMPILED = {}
 
 

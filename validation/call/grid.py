@@ -6,7 +6,7 @@ import itertools
 import random
 
 from estimator.call.config import BACKENDS, MODES
-from validation.schema import CALL_FIELDS
+from validation.call.schema import CALL_FIELDS
 
 COLUMNS = ("id", *CALL_FIELDS)
 DTYPES = ("bfloat16", "float16", "float32")  # the order the grids draw them in

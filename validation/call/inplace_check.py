@@ -10,8 +10,8 @@ import argparse
 
 import torch
 
-from validation.eager import eager_attention
-from validation.grid import write_csv
+from validation.call.eager import eager_attention
+from validation.call.grid import write_csv
 
 SHAPES = [dict(batch=1, q_heads=32, seq=4096, head_dim=128, dtype=torch.bfloat16),
           dict(batch=1, q_heads=32, seq=4096, head_dim=128, dtype=torch.float32)]

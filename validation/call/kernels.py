@@ -1,11 +1,11 @@
-"""Kernels launched per call: the count expected for the hand-written eager attention (validation/eager.py),
+"""Kernels launched per call: the count expected for the hand-written eager attention (validation/call/eager.py),
 written op by op before looking at the traces, and the table of measured counts per variant for the report."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from validation.schema import CALL_FIELDS
+from validation.call.schema import CALL_FIELDS
 
 
 def _flag(value) -> bool:
@@ -55,7 +55,7 @@ def launches(shape: tuple[int, ...], element_bytes: int) -> int:
 
 
 def expected_eager_kernels(r) -> tuple[int, int]:
-    """(CUDA kernels, device-to-device memcpys) that validation/eager.py launches for one call, counted
+    """(CUDA kernels, device-to-device memcpys) that validation/call/eager.py launches for one call, counted
     the way protocol.ran_backend_and_kernels counts (Memcpy/Memset excluded from n_kernels).
 
     Written op by op before looking at the traces, then corrected where the H200 data said

@@ -17,8 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from estimator.call.config import AttentionCall
-from validation import flex
-from validation.eager import eager_attention
+from validation.call import flex
+from validation.call.eager import eager_attention
+from validation.errors import first_line, is_oom
 
 TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -56,7 +57,7 @@ def make_inputs(call: AttentionCall, device: str, seed: int = 0) -> Inputs:
     mask, extra = None, {}
     if call.backend == "flash-attn":  # window_size / packed documents are arguments, not tensors
         pass
-    elif call.backend == "flex":  # a BlockMask from the mask_mod; a new shape compiles afresh (validation/flex.py)
+    elif call.backend == "flex":  # a BlockMask from the mask_mod; a new shape compiles afresh (validation/call/flex.py)
         flex.reset()
         extra["block_mask"] = flex.block_mask(call, device)
     elif call.mask.startswith(("window:", "document:")):  # SDPA and eager: the dense bool mask it implies
@@ -192,18 +193,6 @@ def is_no_kernel_error(exc: BaseException) -> bool:
     return "No available kernel" in str(exc)
 
 
-# How an allocation failure reads: CUDA, and the CPU's DefaultCPUAllocator ("can't allocate memory: you tried
-# to allocate N bytes. Error code 12 (Cannot allocate memory)").
-OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory")
-
-
-def is_oom_error(exc: BaseException) -> bool:
-    if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)):
-        return True
-    text = str(exc).lower()
-    return any(marker in text for marker in OOM_MARKERS)
-
-
 def measure(call: AttentionCall, device: str | None = None, *, repeats: int = 5, seed: int = 0) -> dict:
     """Measure one call by contract §1; never raises for OOM or an ineligible backend.
 
@@ -230,14 +219,14 @@ def measure(call: AttentionCall, device: str | None = None, *, repeats: int = 5,
         result["torch_flops"] = torch_flops(call, inp)
         result["measured_time_ms"] = time_call_ms(call, inp, device, repeats)
     except (torch.cuda.OutOfMemoryError, MemoryError) as exc:
-        result.update(status="oom", error=(str(exc).splitlines() or [type(exc).__name__])[0][:200])
+        result.update(status="oom", error=first_line(exc, 200))
     except RuntimeError as exc:
         if is_no_kernel_error(exc):
             result.update(status="unsupported", error="No available kernel")
-        elif is_oom_error(exc):
-            result.update(status="oom", error=(str(exc).splitlines() or ["out of memory"])[0][:200])
+        elif is_oom(exc):
+            result.update(status="oom", error=first_line(exc, 200))
         else:
-            result.update(status="error", error=(str(exc).splitlines() or ["RuntimeError"])[0][:200])
+            result.update(status="error", error=first_line(exc, 200))
     finally:
         del inp
         if device == "cuda":

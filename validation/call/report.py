@@ -5,7 +5,7 @@ runs): no torch, so it runs and is tested anywhere. Sections: status counts; the
 backend × mode × dtype (share within max(3 %, 2 MiB), median and worst relative error, wrong backend
 predictions, supported mismatches); the worst cases; the doubling check (doubling n should multiply
 attention time by about 4 on the math path); eager kernel counts against the count expected from
-validation/eager.py ("guess, then look").
+validation/call/eager.py ("guess, then look").
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from estimator.call.config import SIZE_LIMITS
 from estimator.hardware import gpu_from_device_name
 from estimator.textfile import MAX_META_BYTES, MAX_TABLE_BYTES, read_bytes_limited, read_json_limited
 from estimator.units import MIB
-from validation.kernels import kernel_table
-from validation.schema import CALL_FIELDS, TARGET_SHARE, tolerance_bytes
+from validation.call.kernels import kernel_table
+from validation.call.schema import CALL_FIELDS, TARGET_SHARE, tolerance_bytes
+from validation.errors import first_line
 
 PRED_COLS = ("supported", "selected_backend", "peak_extra_bytes", "fits", "flops", "time_ms")
 
@@ -43,7 +44,7 @@ def load(path: str, gpu: str | None = None, torch_version: str | None = None,
         frame = pd.read_csv(io.BytesIO(data), dtype={"id": str, "error": str, "predicted_error": str},
                             keep_default_na=True)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
-        raise ValueError(f"report: {path} is not a readable CSV ({str(exc).splitlines()[0]})") from None
+        raise ValueError(f"report: {path} is not a readable CSV ({first_line(exc)})") from None
     if frame.columns.duplicated().any():
         raise ValueError(f"report: {path} names a column twice")
     missing = [c for c in ("status", "measured_peak_extra_bytes", *CALL_FIELDS[2:8]) if c not in frame.columns]

@@ -9,7 +9,7 @@ import os
 
 from estimator.call.config import AttentionCall
 from estimator.textfile import MAX_TRACE_BYTES, read_text_limited
-from validation.schema import (
+from validation.call.schema import (
     CALL_DEFAULTS,
     CALL_FIELDS,
     COMPARED,

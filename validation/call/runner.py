@@ -1,7 +1,7 @@
 """Run one case of a sweep (docs/contract.md §1 and §5): its options (`RunOptions`), the time limit, the memory
 guard that skips a case predicted beyond free memory (`guard_need`, `skip_reason`), `measure_row` (OOM and
 time-outs become statuses) and the watchdog child process (`CaseWorker`). The sweep over a CSV is
-validation/sweep.py. Imports only torch, pandas and the estimator (the GPU machine has nothing else).
+validation/call/sweep.py. Imports only torch, pandas and the estimator (the GPU machine has nothing else).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import torch
 
 from estimator.call.config import AttentionCall
 from estimator.units import GIB, MIB
-from validation.guard import MemoryGuard, fallback_peak_bound_bytes, input_bytes, mask_temporary_bytes
-from validation.protocol import is_oom_error
-from validation.rows import number_or_none
+from validation.call.guard import MemoryGuard, fallback_peak_bound_bytes, input_bytes, mask_temporary_bytes
+from validation.call.rows import number_or_none
+from validation.errors import first_line, is_oom
 
 # Runs of the call inside measure(): warm-up, peak, profiler, FLOP counter, then `repeats` timed runs.
 RUNS_BEFORE_TIMING = 4
@@ -188,12 +188,12 @@ def measure_row(call: AttentionCall, options: RunOptions, measure_fn) -> dict:
         with time_limit(options.timeout_s):
             result = dict(measure_fn(call, options.device, repeats=options.repeats))
     except (torch.cuda.OutOfMemoryError, MemoryError) as exc:
-        result = {"status": "oom", "error": _first_line(exc)}
+        result = {"status": "oom", "error": first_line(exc, 200)}
     except CaseTimeout as exc:
         result = {"status": "error", "error": f"timeout: {exc}"}
     except Exception as exc:  # noqa: BLE001 - one bad case never sinks the batch
-        status = "oom" if is_oom_error(exc) else "error"
-        result = {"status": status, "error": f"{type(exc).__name__}: {_first_line(exc)}"}
+        status = "oom" if is_oom(exc) else "error"
+        result = {"status": status, "error": f"{type(exc).__name__}: {first_line(exc, 200)}"}
     finally:
         free_memory(options.device, collect=result.get("status") != "ok")
     if result.get("status") == "error" and "No viable backend" in str(result.get("error", "")):
@@ -233,7 +233,7 @@ class CaseWorker:
     operations); a child killed by SIGKILL (the kernel's out-of-memory killer) makes the case `oom`. A new
     child starts for the next case."""
 
-    def __init__(self, device: str, measure_ref: str = "validation.protocol:measure") -> None:
+    def __init__(self, device: str, measure_ref: str = "validation.call.protocol:measure") -> None:
         self.device, self.measure_ref = device, measure_ref
         self.proc = None
         self.conn = None
@@ -294,8 +294,4 @@ class CaseWorker:
             self.conn.close()
         self.proc = self.conn = None
 
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
 

@@ -4,7 +4,7 @@ device, `spread` over several local GPUs (one worker process per GPU).
 Each row is measured, compared with the estimator's prediction and written (flushed) at once, so an
 interrupted sweep keeps every finished row. Bookkeeping never sinks the batch: a malformed row, an
 ineligible backend, an out-of-memory error or a time-out becomes that row's `status`, and the sweep
-goes on. Each case runs through validation/runner.py (its options, limits, memory guard and watchdog).
+goes on. Each case runs through validation/call/runner.py (its options, limits, memory guard and watchdog).
 Imports only torch, pandas and the estimator (the GPU machine has nothing else).
 """
 
@@ -20,10 +20,11 @@ import torch
 
 from estimator.call.config import AttentionCall
 from estimator.units import MIB
-from validation.protocol import environment, measure
-from validation.rows import call_from_row, compare, predict_rows
-from validation.runner import CaseWorker, RunOptions, _first_line, free_bytes, measure_row, skip_reason
-from validation.schema import MEASURED, OUTPUT_FIELDS, STATUSES
+from validation.call.protocol import environment, measure
+from validation.call.rows import call_from_row, compare, predict_rows
+from validation.call.runner import CaseWorker, RunOptions, free_bytes, measure_row, skip_reason
+from validation.call.schema import MEASURED, OUTPUT_FIELDS, STATUSES
+from validation.errors import first_line
 
 # Forced backends a CPU build lacks ("No viable backend"): `unsupported` without allocating anything.
 CPU_ABSENT_BACKENDS = ("efficient", "cudnn")
@@ -100,7 +101,7 @@ def _sweep(inputs, rows, out_path, options, measure_fn, worker, resume, progress
             try:
                 call = call_from_row(row)
             except ValueError as exc:
-                result = {"status": "error", "error": _first_line(exc)}
+                result = {"status": "error", "error": first_line(exc, 200)}
             else:
                 result = _run_case(call, pred, options, measure_fn, worker)
             result = {**{c: "" for c in MEASURED}, **{k: ("" if v is None else v) for k, v in result.items()},
@@ -148,7 +149,7 @@ def write_meta(out_path: str, options: RunOptions, argv: list[str], counts: dict
 def spread(inputs: list[str], rows: list[dict], out_path: str, options: RunOptions, workers: int,
            progress_stream=None) -> dict:
     """`run --gpus N`: rows i, i+N, i+2N, ... go to worker i, a `python -m validation run` child with
-    CUDA_VISIBLE_DEVICES=i (NCCL multicast off, as validation/sharding.py); the workers' outputs are merged
+    CUDA_VISIBLE_DEVICES=i (NCCL multicast off, as validation/model/sharding.py); the workers' outputs are merged
     into out_path in input order, with the header one worker writes. Returns counts per status."""
     import subprocess
     import tempfile

@@ -25,11 +25,11 @@ ZeRO (--zero 3, training, dp > 1): FSDP2 (`torch.distributed.fsdp.fully_shard`) 
 layer a unit, then the root. --zero 0 with dp > 1 is DistributedDataParallel (tp = cp = 1 only). ZeRO-1/2 are
 refused (FSDP2 shards weights too; they would need DeepSpeed).
 
-Measured per rank, protocol as validation.hf_models (random weights, nothing downloaded): the model is built on
-the rank's device from validation.hf_configs (seed 0 on every rank), then parallelised. CUDA: memory_allocated()
+Measured per rank, protocol as validation.model.hf_models (random weights, nothing downloaded): the model is built on
+the rank's device from validation.model.hf_configs (seed 0 on every rank), then parallelised. CUDA: memory_allocated()
 and max_memory_allocated() (absolute, so peak_bytes includes weights and optimizer state). CPU: no allocator
 counters; peak_extra_bytes is the running maximum of the profiler's [memory] events over the measured call
-(validation.protocol.cpu_peak_bytes), peak_bytes = weights + state + that. param_bytes is the sum of the rank's
+(validation.call.protocol.cpu_peak_bytes), peak_bytes = weights + state + that. param_bytes is the sum of the rank's
 local parameter storages (DTensor shards, FSDP shards).
   train:   step 1 (creates the optimizer state), then step 2 measured (peak), steps 2-4 timed (median).
   prefill: model.eval(), no_grad, model(ids, use_cache=True, logits_to_keep=1); the first call warms up, the
@@ -48,7 +48,8 @@ import statistics
 import sys
 import time
 
-from validation.sharding import batch_tensors, build, cp_context, init, shard_data_parallel
+from validation.errors import first_line, is_oom, typed_line
+from validation.model.sharding import batch_tensors, build, cp_context, init, shard_data_parallel
 
 CASE_COLUMNS = ["family", "layers", "tiny", "attn_implementation", "mode", "precision", "optimizer", "seq_len",
                 "batch", "world_size", "tp", "cp", "dp", "zero", "sequence_parallel", "cp_impl", "rank", "tp_rank",
@@ -68,7 +69,7 @@ BACKEND_OF = {"sdpa": "auto", "eager": "eager"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--family", required=True, help="a family of validation/hf_configs.py (llama-3.1-8b, ...)")
+    p.add_argument("--family", required=True, help="a family of validation/model/hf_configs.py (llama-3.1-8b, ...)")
     p.add_argument("--layers", type=int, default=2, help="decoder layers (default 2)")
     p.add_argument("--tiny", action="store_true", help="the shrunken family (CPU tests)")
     p.add_argument("--mode", choices=("prefill", "train"), default="prefill")
@@ -156,7 +157,7 @@ def plan_columns(args, world: int, gpu: str) -> dict:
     from estimator.model.hf_config import from_hf_config
     from estimator.model.inputs import PlanInputs
     from estimator.model.plan import make_plan
-    from validation.hf_configs import family_config
+    from validation.model.hf_configs import family_config
 
     try:
         cfg = family_config(args.family, args.layers, None, args.tiny)
@@ -170,7 +171,7 @@ def plan_columns(args, world: int, gpu: str) -> dict:
                             gpus=world, **kw)
         plan = make_plan(inputs, solve=False)
     except ValueError as exc:
-        return {"plan_error": str(exc).splitlines()[0][:300]}
+        return {"plan_error": first_line(exc, 300)}
     es = plan.weights_bytes // max(1, plan.params_per_gpu) if not training else inputs.recipe.weight_bytes
     comm = plan.communication or {}
     param_bytes = plan.params_per_gpu * es
@@ -216,7 +217,7 @@ class Meter:
             out = fn()
             self.sync()
             return out, self.torch.cuda.max_memory_allocated(self.device) - base
-        from validation.protocol import cpu_peak_bytes
+        from validation.call.protocol import cpu_peak_bytes
 
         box = {}
         peak = cpu_peak_bytes(lambda: box.setdefault("out", fn()))
@@ -406,9 +407,7 @@ def main_model(args) -> int:
         try:
             row.update(run(args, rank, world, device))
         except Exception as exc:  # noqa: BLE001 - the rank's failure becomes its row
-            oom = isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc)
-            msg = (str(exc).strip().splitlines() or [""])[0]
-            row.update(status="oom" if oom else "error", reason=f"{type(exc).__name__}: {msg}"[:300])
+            row.update(status="oom" if is_oom(exc) else "error", reason=typed_line(exc))
         row.update(plan_columns(args, world, gpu))
         row.update(compare(row))
         rows = [None] * world

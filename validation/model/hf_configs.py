@@ -1,4 +1,4 @@
-"""Architecture configs of the families measured by `validation.hf_models`, and their builders.
+"""Architecture configs of the families measured by `validation.model.hf_models`, and their builders.
 
 Each entry of FAMILIES holds the architecture fields of a public Hugging Face `config.json`, typed as published
 (no hub access here; the source is cited above each entry). Only tokenizer ids, dtype and version stamps are

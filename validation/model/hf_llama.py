@@ -22,7 +22,7 @@ import torch
 from estimator.call.attention import CUDA_CONTEXT_BYTES
 from estimator.cli.plan import build_parser, inputs_from_args
 from estimator.model.plan import make_plan
-from validation.grid import write_csv
+from validation.call.grid import write_csv
 
 
 def plan_bytes(config_path: str, seq_len: int, batch: int, mode: str, backend: str) -> int:

@@ -5,8 +5,8 @@ to check the planner's estimates. Self-contained: torch, transformers, stdlib (n
     python -m validation.hf_models --cases FILE.csv --out OUT.csv
     python -m validation.hf_models --suite archs --dump-configs DIR      # also writes the exact configs built
 
-Suites (`--suite`) are the case lists of `validation.hf_suites`. Models are built from the configs in
-`validation.hf_configs` (random weights, nothing downloaded) with
+Suites (`--suite`) are the case lists of `validation.model.hf_suites`. Models are built from the configs in
+`validation.model.hf_configs` (random weights, nothing downloaded) with
 `AutoModelForCausalLM.from_config(config, attn_implementation=..., dtype=...)` under `with torch.device(device)`.
 One model is reused by consecutive cases sharing (family, layers, overrides, attn_implementation, load dtype).
 
@@ -20,7 +20,7 @@ Memory columns (CUDA only; empty on CPU), all exact integers from torch.cuda's c
                    for fragmentation (not reset by empty_cache between cases: we empty the cache after each case).
 
 The training and prefill protocols (their phases, precisions and optimizers) are those of
-`validation.hf_runs`, which runs one case.
+`validation.model.hf_runs`, which runs one case.
 flex_attention: torch._dynamo.reset() before each flex case unless no_reset=1; recompile_limit is recorded.
 Errors: OutOfMemoryError / "out of memory" -> status `oom`, `phase` says where (peak_at_oom_bytes = the peak
 before the failed allocation); other exceptions -> `error` with a one-line reason. Everything is freed after each
@@ -40,9 +40,10 @@ import traceback
 
 import torch
 
-from validation.hf_configs import FAMILIES, dump_config, family_config, layer_kinds, to_hf_config
-from validation.hf_runs import PRECISIONS, Dev, PhaseBox, Unsupported, run_prefill, run_train, sub_or_none
-from validation.hf_suites import SUITES
+from validation.errors import is_oom, typed_line
+from validation.model.hf_configs import FAMILIES, dump_config, family_config, layer_kinds, to_hf_config
+from validation.model.hf_runs import PRECISIONS, Dev, PhaseBox, Unsupported, run_prefill, run_train, sub_or_none
+from validation.model.hf_suites import SUITES
 
 CASE_COLUMNS = ["family", "layers", "attn_implementation", "mode", "precision", "optimizer", "checkpointing",
                 "seq_len", "batch", "decode_tokens", "overrides", "no_reset"]
@@ -57,15 +58,6 @@ RESULT_COLUMNS = [
     "case_s", "config_file", "torch_version", "transformers_version", "device_name", "tiny",
 ]
 COLUMNS = CASE_COLUMNS + RESULT_COLUMNS
-
-
-def _is_oom(e: BaseException) -> bool:
-    return isinstance(e, torch.cuda.OutOfMemoryError) or (isinstance(e, RuntimeError) and "out of memory" in str(e))
-
-
-def _one_line(e: BaseException) -> str:
-    msg = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {msg[0] if msg else ''}"[:300]
 
 
 # ------------------------------------------------------------------------------------------------------ cases
@@ -237,11 +229,11 @@ def run_case(case: dict, slot: ModelSlot, dev: Dev, row: dict, run_fn=None):
     except Unsupported as e:
         row.update(status="unsupported", reason=str(e), phase=box.phase)
     except Exception as e:  # noqa: BLE001 - every failure becomes a row
-        if _is_oom(e):
-            row.update(status="oom", reason=f"OOM in {box.phase}: {_one_line(e)[:200]}", phase=box.phase,
+        if is_oom(e):
+            row.update(status="oom", reason=f"OOM in {box.phase}: {typed_line(e, 200)}", phase=box.phase,
                        peak_at_oom_bytes=dev.peak())
         else:
-            row.update(status="error", reason=f"{box.phase}: {_one_line(e)}", phase=box.phase)
+            row.update(status="error", reason=f"{box.phase}: {typed_line(e)}", phase=box.phase)
         traceback.clear_frames(e.__traceback__)
         del e
     finally:

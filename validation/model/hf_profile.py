@@ -4,9 +4,9 @@ time model's kernel classes against what really runs. Self-contained: torch, tra
     python -m validation.hf_profile --case mixtral-8x7b:2:sdpa:16384 [--case ...] --out OUT.csv [--device cuda]
 
 A case is FAMILY:LAYERS:ATTN_IMPLEMENTATION:SEQ_LEN[:train|:decode] (batch 1, bf16 weights, as
-`validation.hf_models` builds it from `validation.hf_configs`); `:train` profiles a forward with labels and its
-backward (bf16-true, no optimizer) instead of a prefill; `:decode` profiles DECODE_STEPS single-token steps on the
-prefill's KV cache (after the same steps have run once, so every per-length cuDNN graph is built): wall_ms is
+`validation.model.hf_models` builds it from `validation.model.hf_configs`); `:train` profiles a forward with labels
+and its backward (bf16-true, no optimizer) instead of a prefill; `:decode` profiles DECODE_STEPS single-token steps on
+the prefill's KV cache (after the same steps have run once, so every per-length cuDNN graph is built): wall_ms is
 then the median wall time of one step and gpu_ms / calls are totals over the steps (the `steps` column). Each case:
 one warm-up, the wall time of a second, then a third under the profiler. Rows (one per kernel name): case,
 family, layers, attn_implementation, seq_len, mode, steps, wall_ms (the second prefill or step), kernel, kind
@@ -23,7 +23,8 @@ import time
 
 import torch
 
-from validation.hf_configs import family_config, to_hf_config
+from validation.errors import typed_line
+from validation.model.hf_configs import family_config, to_hf_config
 
 DECODE_STEPS = 8
 COLUMNS = ["case", "family", "layers", "attn_implementation", "seq_len", "mode", "steps", "wall_ms", "kernel", "kind",
@@ -154,7 +155,7 @@ def main(argv=None) -> int:
             try:
                 rows = profile_case(case, args.device)
             except Exception as exc:  # noqa: BLE001 - one failing case does not sink the others
-                print(f"{case['case']}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}", file=sys.stderr)
+                print(f"{case['case']}: {typed_line(exc, 300)}", file=sys.stderr)
                 torch.cuda.empty_cache()
                 continue
             w.writerows(rows)

@@ -22,8 +22,9 @@ from estimator.call.attention import CUDA_CONTEXT_BYTES
 from estimator.model.hf_config import from_hf_config
 from estimator.model.inputs import PlanInputs
 from estimator.model.plan import make_plan
-from validation.hf_configs import family_config
-from validation.schema import tolerance_bytes
+from validation.call.schema import tolerance_bytes
+from validation.errors import first_line
+from validation.model.hf_configs import family_config
 
 # HF attn_implementation -> the planner's backend
 BACKEND_OF = {"sdpa": "auto", "eager": "eager", "flex_attention": "flex"}
@@ -55,7 +56,7 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
         try:
             plan = plan_row(row)
         except ValueError as exc:
-            out.append({**rec, "plan_error": str(exc).splitlines()[0]})
+            out.append({**rec, "plan_error": first_line(exc)})
             continue
         planned = plan.total_bytes - CUDA_CONTEXT_BYTES
         rec.update(planned_peak_bytes=planned, plan_fits=plan.fits, plan_error="",
@@ -73,7 +74,7 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
 
 
 TIME_TOLERANCE = 0.15  # "within 15%" of the measured time
-# (measured column of validation.hf_models, plan key, mode the row must have)
+# (measured column of validation.model.hf_models, plan key, mode the row must have)
 TIME_COLUMNS = (("prefill", "time_prefill_ms", "prefill_time_ms", "prefill"),
                 ("step", "time_step_ms", "step_time_ms", "train"),
                 ("decode", "decode_warm_ms_per_token", "decode_time_ms_per_token", "prefill"),

@@ -1,4 +1,4 @@
-"""The process group and the sharding of `python -m validation model` (validation/distributed.py, whose docstring
+"""The process group and the sharding of `python -m validation model` (validation/model/distributed.py, whose docstring
 gives the protocol): NCCL multicast off and the group started (`init`), the model built and tensor-parallelised
 (`build`, `tp_plan`), FSDP2 / DDP over the dp mesh (`shard_data_parallel`), each dp rank's batch
 (`batch_tensors`) and torch's context parallel over the cp mesh (`cp_context`)."""
@@ -59,7 +59,7 @@ def build(args, device, mesh, dtype):
     from torch.distributed.tensor.parallel import parallelize_module
     from transformers import AutoModelForCausalLM
 
-    from validation.hf_configs import family_config, to_hf_config
+    from validation.model.hf_configs import family_config, to_hf_config
 
     torch.manual_seed(0)
     cfg = to_hf_config(family_config(args.family, args.layers, None, args.tiny))

@@ -21,7 +21,7 @@ The JSON written (one object; every time is milliseconds per call; sizes are ele
         flops = 2*M*N*K for all three; tflops = flops / ms / 1e9.
     memory_bound: [{op, dtype, shape, elements, bytes, min_bytes, kernels, ms, gbps}]
         bytes = read + write of the eager kernels the op launches (formulas in `_memory_ops`,
-        validation/calibrate_sections.py), min_bytes = a fused kernel's (inputs once + outputs once), kernels =
+        validation/timing/calibrate_sections.py), min_bytes = a fused kernel's (inputs once + outputs once), kernels =
         launches per call; gbps = bytes / ms / 1e6.
         ops: add, mul (a + b), cast_bf16_fp32, copy, rmsnorm (HF LlamaRMSNorm forward), silu_mul (HF MLP's
         act(gate) * up), rope (HF q * cos + rotate_half(q) * sin on (1, 32, S, 128)), softmax (fp32, last dim),
@@ -59,8 +59,8 @@ import time
 
 import torch
 
-from validation.calibrate_gemm import measure_gemms, measure_grouped_gemms
-from validation.calibrate_sections import (
+from validation.timing.calibrate_gemm import measure_gemms, measure_grouped_gemms
+from validation.timing.calibrate_sections import (
     measure_attention,
     measure_launch,
     measure_memory_bound,

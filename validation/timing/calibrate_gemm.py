@@ -1,7 +1,7 @@
 """The GEMM sections of `python -m validation calibrate`: cuBLAS GEMMs by shape class (a Llama-like step's linear
 layers, forward and both backward GEMMs) and torch's grouped GEMM as transformers' mixture-of-experts layers call it.
-Each `measure_*` returns the rows of its JSON section (format in validation/calibrate.py) and appends what it could
-not measure to `skipped`."""
+Each `measure_*` returns the rows of its JSON section (format in validation/timing/calibrate.py) and appends what it
+could not measure to `skipped`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from validation.calibrate_sections import DTYPES, GIB, short_reason, sig
+from validation.errors import typed_line
+from validation.timing.calibrate_sections import DTYPES, GIB, sig
 
 # ---------------------------------------------------------------- GEMMs
 
@@ -77,7 +78,7 @@ def measure_gemms(timer, device, quick, budget, skipped) -> list[dict]:
                 fn = functools.partial(torch.matmul, a.t(), w)  # dY.T @ x
             ms = timer(fn)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a skipped entry
-            skipped.append(dict(section="gemm", what=what, reason=short_reason(exc)))
+            skipped.append(dict(section="gemm", what=what, reason=typed_line(exc)))
             continue
         finally:
             a = w = fn = None
@@ -143,7 +144,7 @@ def measure_grouped_gemms(timer, device, quick, budget, skipped) -> list[dict]:
                 fn = functools.partial(mm, x, w.transpose(-2, -1), offs=offs)
             ms = timer(fn)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a skipped entry
-            skipped.append(dict(section="grouped_gemm", what=what, reason=short_reason(exc)))
+            skipped.append(dict(section="grouped_gemm", what=what, reason=typed_line(exc)))
             continue
         finally:
             x = w = offs = fn = None

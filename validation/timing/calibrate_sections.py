@@ -1,7 +1,8 @@
-"""The measurement sections of `python -m validation calibrate` (validation/calibrate.py times them, runs them
+"""The measurement sections of `python -m validation calibrate` (validation/timing/calibrate.py times them, runs them
 under its budget and writes the JSON): memory-bound kernels, the launch floor, SDPA attention and optimizer
-steps; the GEMM classes (dense and grouped) are in validation/calibrate_gemm.py. Each `measure_*` returns the
-rows of its JSON section (format in validation/calibrate.py) and appends what it could not measure to `skipped`."""
+steps; the GEMM classes (dense and grouped) are in validation/timing/calibrate_gemm.py. Each `measure_*` returns
+the rows of its JSON section (format in validation/timing/calibrate.py) and appends what it could
+not measure to `skipped`."""
 
 from __future__ import annotations
 
@@ -12,17 +13,14 @@ import warnings
 import torch
 import torch.nn.functional as F
 
+from validation.errors import typed_line
+
 GIB = 1 << 30
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
 def sig(x: float, digits: int = 6) -> float:
     return float(f"{x:.{digits}g}")
-
-
-def short_reason(exc: BaseException) -> str:
-    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    return f"{type(exc).__name__}: {text}"[:300]
 
 
 # ---------------------------------------------------------------- memory-bound kernels
@@ -170,7 +168,7 @@ def measure_memory_bound(timer, device, quick, budget, skipped) -> list[dict]:
             fn = make(device)
             ms = timer(fn)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a skipped entry
-            skipped.append(dict(section="memory_bound", what=what, reason=short_reason(exc)))
+            skipped.append(dict(section="memory_bound", what=what, reason=typed_line(exc)))
             continue
         finally:
             fn = None
@@ -255,7 +253,7 @@ def measure_attention(timer, device, quick, budget, skipped) -> list[dict]:
                     warnings.simplefilter("ignore")
                     ms = timer(fn)
             except Exception as exc:  # noqa: BLE001 - a backend without a kernel, out of memory
-                skipped.append(dict(section="attention", what=what, reason=short_reason(exc)))
+                skipped.append(dict(section="attention", what=what, reason=typed_line(exc)))
                 continue
             finally:
                 fn = q = k = v = dout = None
@@ -299,7 +297,7 @@ def measure_optimizers(timer, device, quick, budget, skipped) -> list[dict]:
                 opt = make(params)
                 ms = timer(opt.step)
             except Exception as exc:  # noqa: BLE001 - every failure becomes a skipped entry
-                skipped.append(dict(section="optimizer", what=what, reason=short_reason(exc)))
+                skipped.append(dict(section="optimizer", what=what, reason=typed_line(exc)))
                 continue
             finally:
                 opt = None

@@ -16,7 +16,7 @@ term's factor. Pure pandas + numpy: runs without torch.
 
 from __future__ import annotations
 
-import sys
+import argparse
 
 import numpy as np
 import pandas as pd
@@ -136,8 +136,8 @@ DECODE_MODEL_GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
 
 
 def decode_rows(frame: pd.DataFrame) -> list[dict]:
-    """Warm decode steps as planner rows: validation.hf_models rows with decode_warm_ms_per_token, or the
-    `:decode` cases of validation.hf_profile (one row per case: batch 1, the step's median wall time)."""
+    """Warm decode steps as planner rows: validation.model.hf_models rows with decode_warm_ms_per_token, or the
+    `:decode` cases of validation.model.hf_profile (one row per case: batch 1, the step's median wall time)."""
     if "kernel" in frame.columns:  # an hf_profile file
         out = []
         for _, g in frame[frame["mode"] == "decode"].groupby("case", sort=False):
@@ -156,7 +156,7 @@ def fit_decode(frames: list[pd.DataFrame]) -> tuple[float, float, list[float]]:
     same host-bound step measured in two processes differs by up to 1.8x, so no single row may steer the fit). The
     planner is pure Python: it is re-run with each candidate."""
     import estimator.model.step_time as step_time
-    from validation.model_report import plan_row
+    from validation.model.model_report import plan_row
 
     rows = [r for f in frames for r in decode_rows(f)]
     saved = step_time.DECODE_KERNEL_HOST_MS, step_time.DECODE_MODEL_PYTHON_MS
@@ -174,12 +174,23 @@ def fit_decode(frames: list[pd.DataFrame]) -> tuple[float, float, list[float]]:
     return best[1], best[2], best[3]
 
 
-if __name__ == "__main__" and sys.argv[1:2] == ["--decode"]:
-    per_kernel, model, errs = fit_decode([pd.read_csv(p, dtype=str, keep_default_na=False) for p in sys.argv[2:]])
-    print(f"DECODE_KERNEL_HOST_MS = {per_kernel}\nDECODE_MODEL_PYTHON_MS = {model}\nrelative errors {errs}")
-elif __name__ == "__main__":
-    paths = sys.argv[1:] or [f"validation/data/h200_{name}.csv" for name in (
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m validation.fit_time", description=__doc__.splitlines()[0])
+    parser.add_argument("--decode", action="store_true",
+                        help="fit the decode host constants from whole-model rows instead of the per-backend factors")
+    parser.add_argument("csv", nargs="*", help="measured CSVs (default: the six H200 attention-call sets)")
+    args = parser.parse_args(argv)
+    if args.decode:
+        per_kernel, model, errs = fit_decode([pd.read_csv(p, dtype=str, keep_default_na=False) for p in args.csv])
+        print(f"DECODE_KERNEL_HOST_MS = {per_kernel}\nDECODE_MODEL_PYTHON_MS = {model}\nrelative errors {errs}")
+        return 0
+    paths = args.csv or [f"validation/data/h200_{name}.csv" for name in (
         "calibration", "heldout", "heldout2", "heldout3", "heldout4", "heldout5")]
     table = fit([pd.read_csv(p, dtype=str, keep_default_na=False) for p in paths])
     print(table.to_string(index=False))
     print(factors_source(table))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

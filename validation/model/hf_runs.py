@@ -1,4 +1,4 @@
-"""The measured runs of one whole-model case of `validation.hf_models`: a training step (`run_train`, with its
+"""The measured runs of one whole-model case of `validation.model.hf_models`: a training step (`run_train`, with its
 optimizer `make_optimizer`) and a prefill with its decode steps (`run_prefill`), on the device counters `Dev`.
 Self-contained like hf_models: torch (bitsandbytes for adamw-8bit), no estimator/ imports.
 
@@ -146,10 +146,10 @@ class PhaseBox:
     phase = "setup"
 
 
-def run_train(model, info, case, dev, row, box):
-    prec = case["precision"]
-    if prec not in PRECISIONS:
-        raise ValueError(f"unknown precision {prec!r}")
+def _set_train_mode(model, case) -> None:
+    """Check the case's training fields and put the model in training mode with its checkpointing."""
+    if case["precision"] not in PRECISIONS:
+        raise ValueError(f"unknown precision {case['precision']!r}")
     if case["decode_tokens"]:
         raise ValueError("decode_tokens applies to prefill only")
     model.train()
@@ -162,97 +162,120 @@ def run_train(model, info, case, dev, row, box):
             model.gradient_checkpointing_disable()
     else:
         raise ValueError(f"unknown checkpointing {case['checkpointing']!r}")
-    base, weights = info["baseline_bytes"], info["weights_bytes"]
-    params = [p for p in model.parameters() if p.requires_grad]
-    box.phase = "optimizer_init"
-    masters = [p.detach().float() for p in params] if prec == "bf16-master" else None
-    opt = make_optimizer(case["optimizer"], masters if masters is not None else params, dev)
-    scaler = torch.amp.GradScaler(dev.type) if prec == "16-mixed" else None
-    amp = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(prec)
-    ids = torch.randint(0, info["vocab"], (case["batch"], case["seq_len"]), device=dev.device)
 
-    def forward():
-        ctx = torch.autocast(dev.type, dtype=amp) if amp is not None else contextlib.nullcontext()
+
+class TrainStep:
+    """One optimizer step of the case's precision and optimizer (the module docstring's recipe), as its three
+    phases: `forward` (the loss only), `backward`, `optimizer_phase` (with zero_grad); `full_step` runs all three.
+    Built in the `optimizer_init` phase: the optimizer and any fp32 masters exist from here on."""
+
+    def __init__(self, model, info, case, dev):
+        prec = case["precision"]
+        self.model = model
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.masters = [p.detach().float() for p in self.params] if prec == "bf16-master" else None
+        self.opt = make_optimizer(case["optimizer"], self.masters if self.masters is not None else self.params, dev)
+        self.scaler = torch.amp.GradScaler(dev.type) if prec == "16-mixed" else None
+        self.amp = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(prec)
+        self.dev_type = dev.type
+        self.ids = torch.randint(0, info["vocab"], (case["batch"], case["seq_len"]), device=dev.device)
+
+    def forward(self):
+        ctx = torch.autocast(self.dev_type, dtype=self.amp) if self.amp is not None else contextlib.nullcontext()
         with ctx:
-            out = model(input_ids=ids, labels=ids)
+            out = self.model(input_ids=self.ids, labels=self.ids)
             loss = out.loss
         del out  # logits dropped before backward (Lightning's training_step returns the loss only)
         return loss
 
-    def backward(loss):
-        if scaler is not None:
-            scaler.scale(loss).backward()
+    def backward(self, loss):
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
         else:
             loss.backward()
 
-    def optimizer_phase():
+    def optimizer_phase(self):
+        params, masters = self.params, self.masters
         if masters is not None:
             for p, m in zip(params, masters, strict=True):
                 m.grad = None if p.grad is None else p.grad.float()
                 p.grad = None
-        if scaler is not None:
-            scaler.step(opt)
-            scaler.update()
+        if self.scaler is not None:
+            self.scaler.step(self.opt)
+            self.scaler.update()
         else:
-            opt.step()
+            self.opt.step()
         if masters is not None:
             with torch.no_grad():
                 for p, m in zip(params, masters, strict=True):
                     p.data.copy_(m)
                     m.grad = None
-        opt.zero_grad(set_to_none=True)
-        model.zero_grad(set_to_none=True)
+        self.opt.zero_grad(set_to_none=True)
+        self.model.zero_grad(set_to_none=True)
 
-    def full_step():
-        loss = forward()
-        backward(loss)
+    def full_step(self):
+        loss = self.forward()
+        self.backward(loss)
         del loss
-        optimizer_phase()
+        self.optimizer_phase()
 
-    flex = case["attn_implementation"] == "flex_attention"
-    # step 1: creates the optimizer state
-    box.phase = "step1"
-    dev.reset_peak()
-    _, ms1 = dev.timed(full_step)
-    row["peak_step1_bytes"] = dev.peak()
-    row["time_step1_ms"] = round(ms1, 3)
-    row["time_first_call_ms"] = round(ms1, 3)
-    dev.sync()
-    row["state_bytes"] = sub_or_none(dev.allocated(), base, weights)
-    # step 2, phase by phase
+
+def _measure_phases(step: TrainStep, dev, row, box) -> list[float]:
+    """Step 2, phase by phase (peak stats reset at each boundary): fills the per-phase peaks and times, the loss,
+    peak_bytes and peak_reserved_bytes; returns the three phase times (ms)."""
     box.phase = "forward"
     dev.reset_peak()
-    loss, t_f = dev.timed(forward)
+    loss, t_f = dev.timed(step.forward)
     row["after_forward_bytes"] = dev.allocated()
     row["peak_forward_bytes"] = dev.peak()
     reserved = [dev.peak_reserved()]
     box.phase = "backward"
     dev.reset_peak()
     loss_value = loss.detach()
-    _, t_b = dev.timed(functools.partial(backward, loss))
+    _, t_b = dev.timed(functools.partial(step.backward, loss))
     loss = None
     row["peak_backward_bytes"] = dev.peak()
     reserved.append(dev.peak_reserved())
     box.phase = "optimizer"
     dev.reset_peak()
-    _, t_o = dev.timed(optimizer_phase)
+    _, t_o = dev.timed(step.optimizer_phase)
     row["peak_optimizer_bytes"] = dev.peak()
     reserved.append(dev.peak_reserved())
     row["loss"] = round(float(loss_value.float().item()), 5)
     del loss_value
     row.update(time_forward_ms=round(t_f, 3), time_backward_ms=round(t_b, 3), time_optimizer_ms=round(t_o, 3))
     row["peak_bytes"] = max_or_none(row["peak_step1_bytes"], row["peak_forward_bytes"], row["peak_backward_bytes"],
-                             row["peak_optimizer_bytes"])
+                                    row["peak_optimizer_bytes"])
     row["peak_reserved_bytes"] = max_or_none(*reserved)
-    times = [t_f + t_b + t_o]
+    return [t_f, t_b, t_o]
+
+
+def run_train(model, info, case, dev, row, box):
+    """The training protocol of the module docstring: step 1 (creates the optimizer state), step 2 phase by phase,
+    then steps 3 and 4 for the median step time unless step 1 (or, for flex_attention, step 2) was slow."""
+    _set_train_mode(model, case)
+    base, weights = info["baseline_bytes"], info["weights_bytes"]
+    box.phase = "optimizer_init"
+    step = TrainStep(model, info, case, dev)
+    flex = case["attn_implementation"] == "flex_attention"
+    # step 1: creates the optimizer state
+    box.phase = "step1"
+    dev.reset_peak()
+    _, ms1 = dev.timed(step.full_step)
+    row["peak_step1_bytes"] = dev.peak()
+    row["time_step1_ms"] = round(ms1, 3)
+    row["time_first_call_ms"] = round(ms1, 3)
+    dev.sync()
+    row["state_bytes"] = sub_or_none(dev.allocated(), base, weights)
+    times = [sum(_measure_phases(step, dev, row, box))]
     if ms1 <= SLOW_S * 1e3 or flex and times[0] <= SLOW_S * 1e3:
         box.phase = "timing"
         for _ in range(2):
-            _, ms = dev.timed(full_step)
+            _, ms = dev.timed(step.full_step)
             times.append(ms)
     row["time_step_ms"] = round(statistics.median(times), 3)
     row["n_timed"] = len(times)
-    box.phase = "cleanup"  # opt, masters, scaler, ids die with this frame
+    box.phase = "cleanup"  # the step (optimizer, masters, scaler, ids) dies with this frame
     if model.is_gradient_checkpointing:
         model.gradient_checkpointing_disable()
 

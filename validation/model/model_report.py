@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         df = pd.concat([pd.read_csv(p, dtype=str, keep_default_na=False) for p in args.csv], ignore_index=True)
         result = compare(df)
     except (OSError, ValueError, KeyError, pd.errors.ParserError) as exc:
-        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        print(f"error: {first_line(exc)}", file=sys.stderr)
         return 2
     text = markdown(result, args.csv)
     if args.md:

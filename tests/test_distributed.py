@@ -54,6 +54,7 @@ def torchrun(tmp_path, *args, nproc=2) -> tuple[subprocess.CompletedProcess, lis
     return proc, rows
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 def test_tp2_prefill_per_rank_bytes_match_the_plans_per_gpu_share(tmp_path):
     proc, rows = torchrun(tmp_path, "--family", "llama-3.1-8b", "--layers", "1", "--mode", "prefill",
                           "--seq-len", "4096", "--tp", "2")
@@ -74,6 +75,7 @@ def test_tp2_prefill_per_rank_bytes_match_the_plans_per_gpu_share(tmp_path):
         assert float(r["time_ms"]) > 0 and r["plan_links"] == "tp:nvlink"
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 def test_zero3_train_shards_the_weights_over_data_parallel(tmp_path):
     proc, rows = torchrun(tmp_path, "--family", "llama-3.1-8b", "--layers", "1", "--mode", "train",
                           "--seq-len", "256", "--batch", "2", "--zero", "3")
@@ -103,6 +105,7 @@ def test_run_gpus_is_refused_on_the_cpu(tmp_path, capsys):
     assert "--gpus: more than one worker needs CUDA GPUs" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 def test_spread_merges_the_workers_rows_in_input_order(tmp_path):
     # the --gpus machinery with CPU workers (the CLI refuses this; spread itself does not care)
     from validation.call.rows import read_cases

@@ -286,6 +286,7 @@ def test_decode_first_pass_pays_a_cudnn_graph_build_per_step_on_a_growing_cache(
     assert decode_graph_builds is not None
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 def test_decode_host_constants_are_reproduced_by_their_fit():
     # the warm decode steps of validation/data/h200_hf_decode.csv and the decode profiles:
     # `python -m validation.fit_time --decode FILE FILE`

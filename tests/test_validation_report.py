@@ -174,6 +174,7 @@ def test_report_imports_neither_torch_nor_ui_libraries():
     assert out.strip() == "[]"
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 def test_runner_imports_no_ui_libraries():
     code = "import sys, validation.call.runner, validation.cli; print(sorted(m for m in ('streamlit', 'plotly') " \
            "if m in sys.modules))"

@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.quick:
         for path in sorted((ROOT / "validation/data").glob("h200_hf_*.csv")):
-            res = subprocess.run([sys.executable, "-m", "validation.model.model_report", str(path)], cwd=ROOT,
+            res = subprocess.run([sys.executable, "-m", "validation.model_report", str(path)], cwd=ROOT,
                                  capture_output=True, text=True, timeout=600)
             (out / "report" / f"{path.stem}.txt").write_text(res.stdout + (f"\n[exit {res.returncode}]"
                                                                            if res.returncode else ""))

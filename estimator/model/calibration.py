@@ -1,4 +1,4 @@
-"""Kernel calibration files (`python -m validation calibrate`, format in validation/calibrate.py) read into
+"""Kernel calibration files (`python -m validation calibrate`, format in validation/timing/calibrate.py) read into
 `KernelConstants` (estimator/model/kernel_prices.py) for the time model (estimator/model/step_time.py).
 `plan --calibration FILE` uses the user's file; without it the H200 file shipped in estimator/model/data/ (a copy
 of validation/data/h200_calibration_kernels.json) is used. Errors are one line naming the file and the field."""

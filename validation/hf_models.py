@@ -43,9 +43,12 @@ import torch
 from validation.hf_configs import FAMILIES, dump_config, family_config, layer_kinds, to_hf_config
 from validation.hf_runs import PRECISIONS, Dev, PhaseBox, Unsupported, run_prefill, run_train, sub_or_none
 from validation.hf_suites import SUITES
+from validation.hf_vision import build as build_vision
+from validation.hf_vision import is_vision, set_trainable, vision_config
+from validation.hf_vision import tokens as vision_tokens
 
 CASE_COLUMNS = ["family", "layers", "attn_implementation", "mode", "precision", "optimizer", "checkpointing",
-                "seq_len", "batch", "decode_tokens", "overrides", "no_reset"]
+                "seq_len", "batch", "decode_tokens", "overrides", "no_reset", "image_size", "images", "trainable"]
 RESULT_COLUMNS = [
     "status", "reason", "phase", "n_params", "model_type", "experts_implementation", "layer_types",
     "baseline_bytes", "weights_bytes", "state_bytes", "peak_step1_bytes", "peak_forward_bytes",
@@ -54,7 +57,7 @@ RESULT_COLUMNS = [
     "time_first_call_ms", "time_step1_ms", "time_forward_ms", "time_backward_ms", "time_optimizer_ms",
     "time_step_ms", "n_timed", "time_prefill_ms", "decode_ms_per_token", "decode_warm_ms_per_token", "loss",
     "recompile_limit", "build_s",
-    "case_s", "config_file", "torch_version", "transformers_version", "device_name", "tiny",
+    "case_s", "vision_tokens", "lm_tokens", "config_file", "torch_version", "transformers_version", "device_name", "tiny",
 ]
 COLUMNS = CASE_COLUMNS + RESULT_COLUMNS
 
@@ -92,6 +95,9 @@ def normalize_case(case: dict) -> dict:
     c["no_reset"] = 1 if str(nr).strip().lower() in ("1", "true", "yes") else 0
     if c["mode"] == "prefill":
         c["precision"] = c["precision"] or "bf16-true"
+    c["image_size"] = str(c["image_size"] or "").strip()  # vision families (validation.hf_vision)
+    c["images"] = int(c["images"] or 0)
+    c["trainable"] = str(c["trainable"] or "").strip() or "all"
     return c
 
 
@@ -133,7 +139,9 @@ class ModelSlot:
         self.dev.empty_cache()
 
     def key_of(self, case):
-        return (case["family"], case["layers"], case["overrides"], case["attn_implementation"], load_dtype(case))
+        return (case["family"], case["layers"], case["overrides"], case["attn_implementation"], load_dtype(case),
+                case["image_size"] if case["family"].startswith("vit") else "",
+                case["trainable"] if case["mode"] == "train" else "all")
 
     def get(self, case):
         key = self.key_of(case)
@@ -142,6 +150,8 @@ class ModelSlot:
             if resident is None or resident == self.info["baseline_bytes"] + self.info["weights_bytes"]:
                 return self.model, self.info, False
         self.free()
+        if is_vision(case["family"]):
+            return self._get_vision(case, key)
         cfg = family_config(case["family"], case["layers"], case["overrides"] or None, self.tiny)
         hf_cfg = to_hf_config(cfg)
         baseline = self.dev.allocated()
@@ -167,6 +177,24 @@ class ModelSlot:
             "baseline_bytes": baseline, "weights_bytes": sub_or_none(after, baseline), "build_s": round(build_s, 3),
             "vocab": cfg["vocab_size"], "notes": notes,
         }
+        return model, self.info, True
+
+
+    def _get_vision(self, case, key):
+        cfg = vision_config(case["family"], case["layers"], case["overrides"] or None, self.tiny, case["image_size"])
+        baseline = self.dev.allocated()
+        t = time.perf_counter()
+        with torch.device(self.dev.device):
+            model = build_vision(cfg, case["attn_implementation"], load_dtype(case))
+        set_trainable(model, cfg, key[-1])
+        self.dev.sync()
+        build_s = time.perf_counter() - t
+        after = self.dev.allocated()
+        self.model, self.key = model, key
+        self.info = {"n_params": sum(p.numel() for p in model.parameters()), "model_type": cfg["model_type"],
+                     "experts_implementation": "", "layer_types": "", "baseline_bytes": baseline,
+                     "weights_bytes": sub_or_none(after, baseline), "build_s": round(build_s, 3), "vocab": 0,
+                     "notes": [], "vision_cfg": cfg}
         return model, self.info, True
 
 
@@ -224,6 +252,8 @@ def run_case(case: dict, slot: ModelSlot, dev: Dev, row: dict, run_fn=None):
                 torch._dynamo.reset()
         box.phase = "build"
         model, info, built = slot.get(case)
+        if "vision_cfg" in info:
+            row["vision_tokens"], row["lm_tokens"] = vision_tokens(info["vision_cfg"], case)
         for k in ("n_params", "model_type", "experts_implementation", "layer_types", "baseline_bytes",
                   "weights_bytes"):
             row[k] = info[k]

@@ -23,6 +23,7 @@ from estimator.model.hf_config import from_hf_config
 from estimator.model.inputs import PlanInputs
 from estimator.model.plan import make_plan
 from validation.hf_configs import family_config
+from validation.hf_vision import is_vision
 from validation.schema import tolerance_bytes
 
 # HF attn_implementation -> the planner's backend
@@ -32,6 +33,10 @@ CHECKPOINTING_OF = {"none": "none", "hf": "hf"}
 
 def plan_row(row: dict):
     """The plan for one measured row (raises ValueError when the planner cannot model it)."""
+    if is_vision(row["family"]):
+        from validation.vision_report import vision_plan_row
+
+        return vision_plan_row(row)
     cfg = family_config(row["family"], int(row["layers"]), row.get("overrides") or None)
     model = from_hf_config(cfg, name=f"{row['family']} ({row['layers']} layers)")
     training = row["mode"] == "train"

@@ -45,6 +45,7 @@ class VisionTower:
     merge: int = 1  # Qwen: spatial_merge_size 2
     window_px: int = 0  # Qwen2.5-VL: 112
     full_attention_layers: tuple[int, ...] = ()  # Qwen2.5-VL fullatt_block_indexes
+    act: str = ""  # hidden_act; "" = the family's default (CLIP and Qwen2-VL quick_gelu, SigLIP gelu_pytorch_tanh)
 
     def __post_init__(self) -> None:
         if self.kind not in TOWERS:
@@ -53,6 +54,20 @@ class VisionTower:
             check_positive_int(f"vision_config {name}", getattr(self, name), 1 << 20)
         if self.hidden % self.heads:
             raise ValueError(f"vision_config: hidden {self.hidden} is not divisible by {self.heads} heads")
+        if not self.act:
+            default = {"clip": "quick_gelu", "qwen2_vl": "quick_gelu", "siglip": "gelu_pytorch_tanh"}
+            object.__setattr__(self, "act", default.get(self.kind, "silu"))
+
+    @property
+    def quick_gelu(self) -> bool:
+        """QuickGELUActivation (transformers 5.17 activations.py): x * sigmoid(1.702 x), unfused: the sigmoid's output
+        is one more ffn-wide tensor, saved for backward and alive in the forward beside fc1's output."""
+        return self.act == "quick_gelu"
+
+    @property
+    def fp32_rotary(self) -> bool:
+        """Qwen towers rotate q and k in fp32 (apply_rotary_pos_emb_vision: q.float(), k.float())."""
+        return self.kind in ("qwen2_vl", "qwen2_5_vl")
 
     @property
     def gated(self) -> bool:
@@ -223,9 +238,9 @@ def _tower_from(vc: dict, kind: str) -> VisionTower:
                            temporal_patch=_int(vc, "temporal_patch_size", 2, w),
                            merge=_int(vc, "spatial_merge_size", 2, w),
                            window_px=_int(vc, "window_size", 112, w) if kind == "qwen2_5_vl" else 0,
-                           full_attention_layers=tuple(int(i) for i in full))
+                           full_attention_layers=tuple(int(i) for i in full), act=str(vc.get("hidden_act") or ""))
     defaults = {"clip": (1024, 24, 16, 4096, 336, 14), "siglip": (1152, 27, 16, 4304, 896, 14)}[kind]
-    return VisionTower(kind=kind, hidden=_int(vc, "hidden_size", defaults[0], w),
+    return VisionTower(kind=kind, hidden=_int(vc, "hidden_size", defaults[0], w), act=str(vc.get("hidden_act") or ""),
                        layers=_int(vc, "num_hidden_layers", defaults[1], w),
                        heads=_int(vc, "num_attention_heads", defaults[2], w),
                        ffn=_int(vc, "intermediate_size", defaults[3], w),

@@ -107,6 +107,7 @@ class VisionPlan:
     memory_split_bytes: dict = field(hash=False)
     max_seq_len: int | None = None
     max_batch: int | None = None
+    decode_first_pass_ms_per_token: float | None = None  # not priced for image models
 
     @property
     def params(self) -> int:
@@ -304,9 +305,10 @@ def _vlm(req: VisionRequest, tokens: dict) -> VisionPlan:
     feats_out = b * k * m.image_lm_tokens(nv, crops) * m.lm.hidden * es
     pixels = b * k * crops * m.tower.channels * m.tower.temporal_patch * (per_crop * m.tower.patch ** 2) * es
     hidden_states = (m.tower.layers + 1) * feats_in if m.family == "llava" else 0  # output_hidden_states=True
+    rows = b * k * nv  # tower tokens per GPU
     if not training:
         kv = lm_plan.kv_cache_bytes
-        tower_act = tower_plan.activation_bytes if tower_plan else 0
+        tower_act = _tower_inference_act(m, tower_plan, rows, es) if tower_plan else 0
         phases = [("vision tower", [("vision tower activations", tower_act + pixels + hidden_states)]),
                   ("language model", [("language model kv cache", kv), ("projector image features", feats_out),
                                       ("language model activations", lm_plan.activation_bytes)])]
@@ -314,20 +316,49 @@ def _vlm(req: VisionRequest, tokens: dict) -> VisionPlan:
                        _projector_ms(req, m, nv, crops, False))
     grads = {n: s[1] for n, s in states.items()}
     steps = sum(s[3] for s in states.values())
-    tower_saved = _saved(tower_plan) + hidden_states if (tower_plan and tower_trained) else 0
+    sig = m.tower.layers * rows * m.tower.ffn * es if m.tower.quick_gelu else 0  # QuickGELU's saved sigmoid
+    tower_saved = _saved(tower_plan) + hidden_states + sig if (tower_plan and tower_trained) else 0
+    lm_back = _backward_peak(lm_plan, lm_trained) - (0 if lm_trained else _frozen_linear_inputs(m.lm, lm_plan))
     phases = [("language model backward", [("vision tower saved activations", tower_saved),
                                            ("projector saved activations", proj_in + feats_out),
-                                           ("language model backward peak", _backward_peak(lm_plan, lm_trained))]),
+                                           ("language model backward peak", lm_back)]),
               ("optimizer step", [("gradients", sum(grads.values())), ("optimizer step temporaries", steps)])]
     if tower_plan is not None:
         if tower_trained:
             phases.append(("vision tower backward", [
                 ("language model gradients", grads["language model"] + grads["projector"]),
-                ("vision tower backward peak", _backward_peak(tower_plan, True))]))
+                ("vision tower backward peak", _backward_peak(tower_plan, True) + sig)]))
         else:
             phases.append(("vision tower forward", [("vision tower activations",
-                                                     tower_plan.activation_bytes + pixels + hidden_states)]))
+                                                     _tower_inference_act(m, tower_plan, rows, es) + pixels
+                                                     + hidden_states)]))
     return _finish(req, tokens, parts, phases, persistent, 0, 0, _projector_ms(req, m, nv, crops, True))
+
+
+def _tower_inference_act(m: VisionLanguageSpec, plan: Plan, rows: int, es: int) -> int:
+    """The tower's forward peak without grad: the encoder layer's, with the family's own extras - QuickGELU's
+    sigmoid beside fc1's output in the MLP phase, and Qwen's fp32 rotation of q and k (the fp32 copies of q and k,
+    q_embed and the two products and their sum: 12 bf16-widths beside the qkv output and the residuals)."""
+    d = plan.activation_detail
+    level = d.get("model_level_bytes", 0)
+    act = plan.activation_bytes
+    if m.tower.quick_gelu and "ffn_phase_bytes" in d:
+        act = max(act, d["ffn_phase_bytes"] + level + rows * m.tower.ffn * es)
+    if m.tower.fp32_rotary:
+        u = rows * m.tower.hidden * es
+        act = max(act, 2 * u + 3 * u + 12 * u + level)
+    return act
+
+
+def _frozen_linear_inputs(lm: ModelSpec, plan: Plan) -> int:
+    """Bytes a frozen language model does not save: each Linear saves its input only to compute its weight's
+    gradient, so with requires_grad False the q/k/v input, o_proj's input, the MLP input and down_proj's input of
+    every layer, and the LM head's input, are never kept (the gradient still flows through the layer to the
+    projector)."""
+    inp = plan.inputs
+    rows, es = inp.batch_per_gpu * inp.tokens_per_gpu, element_bytes(inp.dtype)
+    per_layer = (2 * lm.hidden + lm.q_heads * lm.head_dim + lm.ffn) * rows * es
+    return lm.layers * per_layer + rows * lm.hidden * es
 
 
 def _rows(m: VisionLanguageSpec, nv: int, crops: int, i: int) -> int:

@@ -202,15 +202,27 @@ def _is_moe(cfg):
     return any(k in cfg for k in ("num_local_experts", "num_experts", "n_routed_experts"))
 
 
-def warm_up(dev: Dev):
+def warm_up(dev: Dev, inference_only: bool = False):
     """cuBLAS handles/workspaces of the forward and the autograd thread, autocast and no-grad paths (seq 128),
-    on a tiny llama; returns memory_allocated() afterwards with everything freed (the baseline)."""
+    on a tiny llama; returns memory_allocated() afterwards with everything freed (the baseline). `inference_only`
+    (--warmup inference): the no-grad path only, so the process holds the one workspace a serving process has
+    (no autograd thread); for prefill-only case lists."""
     from transformers import AutoModelForCausalLM
 
     cfg = to_hf_config(family_config("llama-3.1-8b", 1, tiny=True))
     with torch.device(dev.device):
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
     ids = torch.randint(0, cfg.vocab_size, (1, 128), device=dev.device)
+    if inference_only:
+        model.eval()
+        model.to(torch.bfloat16)
+        with torch.no_grad():
+            out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+            del out
+        del model, ids
+        dev.sync()
+        dev.empty_cache()
+        return dev.allocated()
     model.train()
     with torch.autocast(dev.type, dtype=torch.bfloat16):
         loss = model(input_ids=ids, labels=ids).loss
@@ -330,6 +342,8 @@ def main(argv=None, run_fn=None) -> int:
                              "--suite/--cases, every family at --layers (default: as published)")
     parser.add_argument("--layers", type=int, default=None, help="with --dump-configs alone")
     parser.add_argument("--list", action="store_true", help="print the suite's cases and exit")
+    parser.add_argument("--warmup", choices=("train", "inference"), default="train",
+                        help="inference: warm up the no-grad path only (one cuBLAS workspace, as a serving process)")
     args = parser.parse_args(argv)
     t_start = time.monotonic()
 
@@ -383,7 +397,7 @@ def main(argv=None, run_fn=None) -> int:
                 row.update(status="skipped_budget", reason=f"budget {args.budget_s:g}s spent")
             else:
                 if not warmed:
-                    slot.warm_baseline = warm_up(dev)
+                    slot.warm_baseline = warm_up(dev, args.warmup == "inference")
                     warmed = True
                 run_case(case, slot, dev, row, run_fn)
             writer.writerow(row)

@@ -406,7 +406,9 @@ def _swin(req: VisionRequest, tokens: dict) -> VisionPlan:
         mask = b * s.windows * heads * w2 * w2 * es if s.shifted else 0  # bias + shift mask, per shifted block
         merge = 2 * b * s.tokens * m.stage_width(i) * es if i < len(stages) - 1 else 0  # concat + its LayerNorm
         extra_saved.append((m.depths[i] // 2) * mask + merge)
-        extra_peak.append(mask + b * s.tokens * m.stage_width(i) * es)
+        # SwinLayer.forward keeps its locals to the end of the block: the partitioned windows, the attention output
+        # and the reversed windows (3 more (tokens, width) tensors) stay alive beside the MLP's fc1 and GELU
+        extra_peak.append(3 * b * s.padded_height * s.padded_width * m.stage_width(i) * es)
     states = _state(req, m.params, training)
     persistent = [("swin weights", states[0])] + ([("optimizer state", states[2])] if training else [])
     if not training:

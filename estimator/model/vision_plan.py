@@ -342,6 +342,13 @@ def _tower_inference_act(m: VisionLanguageSpec, plan: Plan, rows: int, es: int) 
     d = plan.activation_detail
     level = d.get("model_level_bytes", 0)
     act = plan.activation_bytes
+    if m.tower.kind in ("qwen2_vl", "qwen2_5_vl") and plan.inputs.backend != "flash-attn" and "ffn_phase_bytes" in d:
+        # VisionAttention splits the sequence at cu_seqlens and runs one call per image (batch 1) unless it is
+        # flash-attention's varlen kernel: the call's peak is one image's, not the batch's
+        one = _attn(replace(plan, inputs=replace(plan.inputs, batch=plan.inputs.dp)))
+        delta = max(a.memory.peak_extra_bytes - o.memory.peak_extra_bytes for a, o in zip(_attn(plan), one))
+        act = max(d["attention_phase_bytes"] - max(0, delta) + level, d["ffn_phase_bytes"] + level,
+                  d.get("logits_phase_bytes", 0))
     if m.tower.quick_gelu and "ffn_phase_bytes" in d:
         act = max(act, d["ffn_phase_bytes"] + level + rows * m.tower.ffn * es)
     if m.tower.fp32_rotary:
@@ -358,7 +365,11 @@ def _frozen_linear_inputs(lm: ModelSpec, plan: Plan) -> int:
     inp = plan.inputs
     rows, es = inp.batch_per_gpu * inp.tokens_per_gpu, element_bytes(inp.dtype)
     per_layer = (2 * lm.hidden + lm.q_heads * lm.head_dim + lm.ffn) * rows * es
-    return lm.layers * per_layer + rows * lm.hidden * es
+    # the same for every RMSNorm's `weight * normed`: the normed input is saved only for the weight's gradient (in
+    # the residual dtype: fp32 under autocast); norms_per_layer per layer and the final norm
+    rs = 4 if inp.recipe is not None and inp.recipe.autocast else es
+    norms = (lm.norms_per_layer * lm.layers + 1) * rows * lm.hidden * rs
+    return lm.layers * per_layer + rows * lm.hidden * es + norms
 
 
 def _rows(m: VisionLanguageSpec, nv: int, crops: int, i: int) -> int:
@@ -403,12 +414,19 @@ def _swin(req: VisionRequest, tokens: dict) -> VisionPlan:
                            "; ".join(r for rs in est.reasons.values() for r in rs)[:300])
         params = m.params if i == 0 else 0
         parts.append(Part(name=f"stage {i + 1}", params=params, trainable=training, plan=plan, tokens=s.tokens))
-        mask = b * s.windows * heads * w2 * w2 * es if s.shifted else 0  # bias + shift mask, per shifted block
+        # bias + shift mask, per shifted block (the bias alone, (1, heads, w², w²), broadcasts: no copy)
+        mask = b * s.windows * heads * w2 * w2 * es if s.shifted else 0
         merge = 2 * b * s.tokens * m.stage_width(i) * es if i < len(stages) - 1 else 0  # concat + its LayerNorm
         extra_saved.append((m.depths[i] // 2) * mask + merge)
         # SwinLayer.forward keeps its locals to the end of the block: the partitioned windows, the attention output
-        # and the reversed windows (3 more (tokens, width) tensors) stay alive beside the MLP's fc1 and GELU
-        extra_peak.append(3 * b * s.padded_height * s.padded_width * m.stage_width(i) * es)
+        # and the reversed windows (3 more (tokens, width) tensors) stay alive beside the MLP's fc1 and GELU; in the
+        # attention phase the rolled copy and the partitioned windows sit beside q, k, v and the call, with the
+        # combined bias + shift mask of a shifted block, and eager's `scores + mask` (one more scores-sized tensor)
+        u = b * s.padded_height * s.padded_width * m.stage_width(i) * es
+        d, level = plan.activation_detail, plan.activation_detail.get("model_level_bytes", 0)
+        pixels = b * m.channels * req.image_size[0] * req.image_size[1] * es  # pixel_values, held by the caller
+        attn_phase = d.get("attention_phase_bytes", 0) + 2 * u + mask * (2 if base.backend == "eager" else 1)
+        extra_peak.append(max(plan.activation_bytes + 3 * u, attn_phase + level) + pixels - plan.activation_bytes)
     states = _state(req, m.params, training)
     persistent = [("swin weights", states[0])] + ([("optimizer state", states[2])] if training else [])
     if not training:

@@ -14,7 +14,8 @@ from functools import partial
 
 from estimator.call.backends import DEFAULT_TORCH
 from estimator.call.config import BACKENDS, KV_DTYPE_BITS
-from estimator.cli.vision_args import add_image_arguments, encoder_token_dict, encoder_tokens, vision_request
+from estimator.cli.vision_args import (add_image_arguments, encoder_token_dict, encoder_tokens, text_only_note,
+                                       vision_request)
 from estimator.hardware import CATALOG
 from estimator.model.budget import Plan
 from estimator.model.hf_config import from_hf_config
@@ -229,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
         result = plan.to_dict()
         if inputs.model.kind == "encoder":
             result["tokens"] = encoder_token_dict(inputs, args)
+        note = text_only_note(inputs.model)
+        if note:
+            result["assumptions"].insert(0, note)
         if args.smallest_gpu:
             from estimator.model.solve import smallest_gpu
 
@@ -288,7 +292,8 @@ def format_table(plan: Plan, result: dict) -> str:
         from estimator.model.trace import format_trace
 
         lines += ["", format_trace(result["trace"])]
-    lines += ["", "assumptions"] + [f"  - {a}" for a in plan.assumptions]
+    note = text_only_note(inp.model)
+    lines += ["", "assumptions"] + [f"  - {a}" for a in ((note,) if note else ()) + tuple(plan.assumptions)]
     return "\n".join(lines)
 
 

@@ -25,6 +25,8 @@ def add_image_arguments(parser: argparse.ArgumentParser) -> None:
     img.add_argument("--trainable", default="all",
                      help=f"vision-language training: {', '.join(TRAINABLE)} (what the step updates; the rest frozen)")
     img.add_argument("--pan-and-scan", action="store_true", help="Gemma-3: crop wide images (pan and scan)")
+    img.add_argument("--text-only", action="store_true",
+                     help="a vision-language config: plan its language model alone (the plan says so)")
 
 
 def _images(args) -> int:
@@ -47,7 +49,7 @@ def load_image_model(args):
         if preset is not None and args.config:
             raise ValueError("--preset: give either --preset or --config, not both")
         return preset
-    if not args.config:
+    if not args.config or args.text_only:
         return None
     path = Path(args.config)
     cfg = read_json_limited(path, MAX_CONFIG_BYTES, "config")
@@ -89,6 +91,13 @@ def vision_request(args, base_inputs) -> VisionRequest | None:
     images = _images(args)
     return VisionRequest(model=model, base=base, image_size=_image_size(args), images=images, text_tokens=text,
                          trainable=str(args.trainable).strip().lower(), pan_and_scan=bool(args.pan_and_scan))
+
+
+def text_only_note(model: ModelSpec) -> str | None:
+    """The assumption a --text-only plan of a vision-language file carries (None for a text model's file)."""
+    if "vision-language file only" not in model.source:
+        return None
+    return ("Text model only (--text-only): " + model.source.split("; ", 1)[1] + "; no image tokens are counted")
 
 
 def encoder_tokens(model: ModelSpec, args) -> tuple[int | None, int]:

@@ -89,3 +89,12 @@ def test_parse_image_size():
             parse_image_size(bad)
     with pytest.raises(ValueError, match="family"):
         image_tokens("blip", 10, 10)
+
+
+def test_docs_show_the_current_token_table():
+    from pathlib import Path
+
+    from estimator.model.vision_tokens import token_table
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "vision.md").read_text(encoding="utf-8")
+    assert token_table() in doc, "docs/vision.md is out of date: paste `python -m estimator.model.vision_tokens`"

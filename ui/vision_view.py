@@ -24,11 +24,11 @@ def image_model(values, uploaded):
     if values.get("source") == "hf-config" and uploaded is not None:
         from ui import uploads
 
-        data = uploads.read_bytes(uploaded, uploads.CONFIG_MAX_BYTES, "config")
         try:
+            data = uploads.read_bytes(uploaded, uploads.CONFIG_MAX_BYTES, "config")
             cfg = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            return None  # the ordinary upload path reports it
+        except (*uploads._READ_ERRORS, UnicodeDecodeError, json.JSONDecodeError):
+            return None  # not readable here: the ordinary upload path reports it in one line
         if not isinstance(cfg, dict):
             return None
         name = uploads.config_name(getattr(uploaded, "name", "config"))

@@ -202,3 +202,46 @@ def image_tokens(family: str, height: int, width: int, *, patch: int = 14, tower
     return ImageTokens(family=family, height=side, width=side, vision_tokens=crops * grid * grid,
                        lm_tokens=crops * (pooled_tokens + 2), crops=crops,
                        rule=f"{crops} x {side}-px image(s): {grid}² patches pooled to {pooled_tokens}, + boi/eoi")
+
+
+TABLE_SIZES = ((224, 224), (336, 336), (448, 448), (896, 896), (1024, 1024), (1344, 1344), (2048, 2048),
+               (1080, 1920))
+
+
+def token_table() -> str:
+    """The Markdown table of docs/vision.md: tokens per image for common resolutions, per family (regenerate with
+    `python -m estimator.model.vision_tokens`)."""
+    head = "| family (rule) | " + " | ".join(f"{h}x{w}" for h, w in TABLE_SIZES) + " |"
+    rows = [head, "|---|" + "---|" * len(TABLE_SIZES)]
+
+    def row(label, fn):
+        cells = []
+        for h, w in TABLE_SIZES:
+            try:
+                cells.append(fn(h, w))
+            except ValueError:
+                cells.append("-")
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+
+    row("ViT-B/16, ViT-L/16: (H//16)(W//16) + 1", lambda h, w: f"{vit_tokens(h, w, 16):,}")
+    row("ViT-H/14, CLIP ViT-L/14: (H//14)(W//14) + 1", lambda h, w: f"{vit_tokens(h, w, 14):,}")
+    row("Swin (patch 4, window 7): stage-1 tokens / windows", lambda h, w: (
+        f"{swin_stages(h, w)[0].tokens:,} / {swin_stages(h, w)[0].windows:,}"))
+
+    def qwen(h, w):
+        t = image_tokens("qwen2_vl", h, w)
+        return f"{t.vision_tokens:,} / {t.lm_tokens:,}"
+
+    row("Qwen2-VL, Qwen2.5-VL: tower patches / LM tokens (smart_resize, 2x2 merge, +2 markers)", qwen)
+    row("Gemma-3: tower patches / LM tokens (896 px, pooled to 256, +boi/eoi)",
+        lambda h, w: f"{image_tokens('gemma3', h, w).vision_tokens:,} / {image_tokens('gemma3', h, w).lm_tokens:,}")
+    row("Gemma-3 with pan-and-scan: crops + 1 images",
+        lambda h, w: f"{image_tokens('gemma3', h, w, pan_and_scan=True).lm_tokens:,}")
+    row("PaliGemma-224 / -448 / -896 (fixed per checkpoint)",
+        lambda h, w: "256 / 1,024 / 4,096")
+    row("LLaVA-1.5: tower / LM tokens (336 px, class token dropped)", lambda h, w: "577 / 576")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(token_table())

@@ -166,3 +166,24 @@ def test_committed_h200_vision_sets(files, least):
     oom = result[result["status"] == "oom"]
     assert len(oom) and (oom["plan_fits"] == False).all()  # noqa: E712
     assert (ok["planned_params"] == ok["measured_params"]).all()
+
+
+PALIGEMMA_448 = {  # google/paligemma-3b-pt-448 config.json, the architecture fields
+    "model_type": "paligemma",
+    "vision_config": {"hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27,
+                      "num_attention_heads": 16, "image_size": 448, "patch_size": 14, "projection_dim": 2048},
+    "text_config": {"model_type": "gemma", "hidden_size": 2048, "intermediate_size": 16384, "num_hidden_layers": 18,
+                    "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 257216}}
+
+
+def test_paligemma_counts_what_transformers_allocates_and_its_tokens():
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    cfg = transformers.AutoConfig.for_model("paligemma", **{k: v for k, v in PALIGEMMA_448.items()
+                                                            if k != "model_type"})
+    with torch.device("meta"):
+        model = transformers.PaliGemmaForConditionalGeneration(cfg)
+    spec = vlm_from_hf(PALIGEMMA_448, "paligemma-448")
+    assert spec.params == sum(p.numel() for p in model.parameters())  # SigLIP's pooling head included
+    req = VisionRequest(model=spec, base=PlanInputs(model=spec.lm, seq_len=1, gpu="h200"), text_tokens=100)
+    assert vision_plan(req, solve=False).tokens["language_model"] == 100 + 1024

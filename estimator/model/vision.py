@@ -45,6 +45,7 @@ class VisionTower:
     merge: int = 1  # Qwen: spatial_merge_size 2
     window_px: int = 0  # Qwen2.5-VL: 112
     full_attention_layers: tuple[int, ...] = ()  # Qwen2.5-VL fullatt_block_indexes
+    pooling_head: bool = False  # SigLIP's attention-pooling head (vision_use_head): built, and run, when true
     act: str = ""  # hidden_act; "" = the family's default (CLIP and Qwen2-VL quick_gelu, SigLIP gelu_pytorch_tanh)
 
     def __post_init__(self) -> None:
@@ -85,8 +86,9 @@ class VisionTower:
         g2 = (self.image_size // p) ** 2
         if self.kind == "clip":
             return H + C * p * p * H + (g2 + 1) * H + 2 * H + layers + 2 * H
-        if self.kind == "siglip":
-            return C * p * p * H + H + g2 * H + layers + 2 * H
+        if self.kind == "siglip":  # + SiglipMultiheadAttentionPoolingHead: probe, MHA, LayerNorm, MLP
+            head = (H + 4 * H * H + 4 * H + 2 * H + 2 * H * F + F + H) if self.pooling_head else 0
+            return C * p * p * H + H + g2 * H + layers + 2 * H + head
         return C * self.temporal_patch * p * p * H + layers
 
     def encoder_spec(self, name: str) -> ModelSpec:
@@ -225,7 +227,7 @@ def _int(cfg: dict, key: str, default=None, where: str = "config") -> int:
     return check_positive_int(f"{where} {key}", value, 1 << 24)
 
 
-def _tower_from(vc: dict, kind: str) -> VisionTower:
+def _tower_from(vc: dict, kind: str, family: str = "") -> VisionTower:
     w = "vision_config"
     if kind in ("qwen2_vl", "qwen2_5_vl"):
         hidden = _int(vc, "embed_dim" if kind == "qwen2_vl" else "hidden_size",
@@ -245,7 +247,9 @@ def _tower_from(vc: dict, kind: str) -> VisionTower:
                        heads=_int(vc, "num_attention_heads", defaults[2], w),
                        ffn=_int(vc, "intermediate_size", defaults[3], w),
                        image_size=_int(vc, "image_size", defaults[4], w), patch=_int(vc, "patch_size", defaults[5], w),
-                       channels=_int(vc, "num_channels", 3, w))
+                       channels=_int(vc, "num_channels", 3, w),
+                       # SiglipVisionConfig.vision_use_head defaults to true; Gemma3Config's tower sets it false
+                       pooling_head=kind == "siglip" and bool(vc.get("vision_use_head", family != "gemma3")))
 
 
 # the text model's model_type when the file leaves it out (each VLM's configuration_*.py in transformers 5.17)
@@ -280,7 +284,7 @@ def vlm_from_hf(cfg: dict, label: str) -> VisionLanguageSpec:
     elif "tie_word_embeddings" in cfg:
         text["tie_word_embeddings"] = cfg["tie_word_embeddings"]
     lm = from_hf_config(text, name=f"{label} language model")
-    tower = _tower_from(vc, _TOWER_KIND[family])
+    tower = _tower_from(vc, _TOWER_KIND[family], family)
     if family == "paligemma" and "projection_dim" in vc:
         shapes = ((tower.hidden, _int(vc, "projection_dim", where="vision_config")),)
     else:

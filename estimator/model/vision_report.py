@@ -25,8 +25,9 @@ def format_vision_table(plan: VisionPlan) -> str:
              + (f" ({base.precision}, trainable {req.trainable})" if base.mode == "training" else "")
              + f", batch {base.batch}, {base.dtype}, backend {base.backend}, {base.gpus} x {base.gpu}", ""]
     lines += token_lines(plan.tokens)
-    lines += ["", f"parameters {plan.params:,}: " + ", ".join(f"{p.name} {p.params:,}" for p in plan.parts
-                                                              if p.params), "", "memory per GPU"]
+    named = [f"{p.name} {p.params:,}" for p in plan.parts if p.params]
+    lines += ["", f"parameters {plan.params:,}" + (": " + ", ".join(named) if len(named) > 1 else ""), "",
+              "memory per GPU"]
     width = max(28, *(len(name) + 2 for name, _ in plan.components))
     for name, size in (*plan.components, ("total", plan.total_bytes), ("capacity", plan.capacity_bytes)):
         lines.append(f"  {name:<{width}}{size / 2**30:>12.2f} GiB{size:>22,} B")

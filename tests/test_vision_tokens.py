@@ -2,8 +2,16 @@
 
 import pytest
 
-from estimator.model.vision_tokens import (image_tokens, pan_and_scan_crops, parse_image_size, qwen_vl_grid,
-                                           qwen_vl_windows, smart_resize, swin_stages, vit_tokens)
+from estimator.model.vision_tokens import (
+    image_tokens,
+    pan_and_scan_crops,
+    parse_image_size,
+    qwen_vl_grid,
+    qwen_vl_windows,
+    smart_resize,
+    swin_stages,
+    vit_tokens,
+)
 
 
 def test_vit_floors_partial_patches():

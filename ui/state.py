@@ -225,7 +225,6 @@ def default_seq_len(preset: str) -> int | None:
     """The n a preset is planned at first: an encoder's native tokens (vit-l-16: 197), else the context the
     model was trained for (llama-3-8b: 8,192); None when the preset does not say."""
     from estimator.model.presets import get_preset
-
     from estimator.model.vision_presets import get_vision_preset
 
     vision = get_vision_preset(preset)

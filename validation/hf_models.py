@@ -57,7 +57,8 @@ RESULT_COLUMNS = [
     "time_first_call_ms", "time_step1_ms", "time_forward_ms", "time_backward_ms", "time_optimizer_ms",
     "time_step_ms", "n_timed", "time_prefill_ms", "decode_ms_per_token", "decode_warm_ms_per_token", "loss",
     "recompile_limit", "build_s",
-    "case_s", "vision_tokens", "lm_tokens", "config_file", "torch_version", "transformers_version", "device_name", "tiny",
+    "case_s", "vision_tokens", "lm_tokens", "config_file", "torch_version", "transformers_version", "device_name",
+    "tiny",
 ]
 COLUMNS = CASE_COLUMNS + RESULT_COLUMNS
 

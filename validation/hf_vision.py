@@ -141,8 +141,11 @@ def to_hf_config(cfg: dict):
 
 def build(cfg: dict, attn_implementation: str, dtype):
     """The model class a user fine-tunes or serves: *ForImageClassification / *ForConditionalGeneration."""
-    from transformers import (AutoModelForImageClassification, LlavaForConditionalGeneration,
-                              Qwen2VLForConditionalGeneration)
+    from transformers import (
+        AutoModelForImageClassification,
+        LlavaForConditionalGeneration,
+        Qwen2VLForConditionalGeneration,
+    )
 
     hf = to_hf_config(cfg)
     cls = {"vit": AutoModelForImageClassification, "swin": AutoModelForImageClassification,
@@ -181,7 +184,8 @@ def set_trainable(model, cfg: dict, trainable: str) -> None:
 
 def _qwen_grid(cfg: dict, hw: tuple[int, int]) -> tuple[int, int]:
     """Patch grid (h, w) of one image, by the Qwen2-VL image processor's own smart_resize (transformers 5.17
-    models/qwen2_vl/image_processing_pil_qwen2_vl.py, a copy of image_processing_qwen2_vl.smart_resize; default min/max pixels 56*56 and 28*28*1280)."""
+    models/qwen2_vl/image_processing_pil_qwen2_vl.py, a copy of image_processing_qwen2_vl.smart_resize; default
+    min/max pixels 56*56 and 28*28*1280)."""
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize  # no torchvision needed
 
     p, m = cfg["vision_config"]["patch_size"], cfg["vision_config"]["spatial_merge_size"]

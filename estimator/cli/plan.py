@@ -14,8 +14,13 @@ from functools import partial
 
 from estimator.call.backends import DEFAULT_TORCH
 from estimator.call.config import BACKENDS, KV_DTYPE_BITS
-from estimator.cli.vision_args import (add_image_arguments, encoder_token_dict, encoder_tokens, text_only_note,
-                                       vision_request)
+from estimator.cli.vision_args import (
+    add_image_arguments,
+    encoder_token_dict,
+    encoder_tokens,
+    text_only_note,
+    vision_request,
+)
 from estimator.hardware import CATALOG
 from estimator.model.budget import Plan
 from estimator.model.hf_config import from_hf_config

@@ -10,7 +10,14 @@ from pathlib import Path
 
 from estimator.model.inputs import PlanInputs
 from estimator.model.specs import ModelSpec
-from estimator.model.vision import TRAINABLE, SwinSpec, VisionLanguageSpec, is_vision_language, swin_from_hf, vlm_from_hf
+from estimator.model.vision import (
+    TRAINABLE,
+    SwinSpec,
+    VisionLanguageSpec,
+    is_vision_language,
+    swin_from_hf,
+    vlm_from_hf,
+)
 from estimator.model.vision_plan import MAX_IMAGES, VisionRequest
 from estimator.model.vision_presets import VISION_PRESETS, get_vision_preset
 from estimator.model.vision_tokens import image_tokens, parse_image_size

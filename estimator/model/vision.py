@@ -8,10 +8,12 @@ attention per backend, activations) with the same model as every other encoder; 
 here (`VisionTower.params`), from each family's modeling file.
 
 Parameter counts (units: parameters), per family (transformers 5.17 models/<family>/modeling_<family>.py):
-  CLIP tower (LLaVA)   class token H + patch conv C·p²·H (no bias) + positions (g² + 1)·H + pre-LN 2H + layers·(4(H² + H)
-                       + 2·2H + 2HF + F + H) + post-LN 2H
+  CLIP tower (LLaVA)   class token H + patch conv C·p²·H (no bias) + positions (g² + 1)·H + pre-LN 2H
+                       + layers·(4(H² + H) + 2·2H + 2HF + F + H) + post-LN 2H
   SigLIP tower (Gemma-3, PaliGemma)  patch conv C·p²·H + H + positions g²·H + layers·(same) + post-LN 2H
-  Qwen2-VL tower       Conv3d C·t·p²·H (no bias) + layers·(qkv 3H² + 3H, proj H² + H, 2 LayerNorms 4H, fc1/fc2 2HF + F + H)
+                       (+ the attention-pooling head when vision_use_head)
+  Qwen2-VL tower       Conv3d C·t·p²·H (no bias) + layers·(qkv 3H² + 3H, proj H² + H, 2 LayerNorms 4H,
+                       fc1/fc2 2HF + F + H)
   Qwen2.5-VL tower     the same with RMSNorms (H each) and a gated MLP with biases (3HF + 2F + H)
   projector            LLaVA: (Hv·Ht + Ht) + (Ht² + Ht); Qwen2-VL merger: ln_q (2Hv; Qwen2.5: Hv) + (4Hv)² + 4Hv
                        + 4Hv·Ht + Ht; Gemma-3: Hv·Ht + Hv (RMSNorm); PaliGemma: Hv·Ht + Ht
@@ -200,7 +202,7 @@ class SwinSpec:
         LayerNorm 8W + Linear 4W·2W (no bias); final LayerNorm; classifier."""
         E, w = self.embed_dim, self.window
         total = self.channels * self.patch ** 2 * E + E + 2 * E
-        for i, (d, h) in enumerate(zip(self.depths, self.heads)):
+        for i, (d, h) in enumerate(zip(self.depths, self.heads, strict=True)):
             W, F = self.stage_width(i), self.stage_ffn(i)
             total += d * (4 * (W * W + W) + 4 * W + 2 * W * F + F + W + (2 * w - 1) ** 2 * h)
             if i < len(self.depths) - 1:

@@ -34,19 +34,19 @@ def vlm_plan(req: VisionRequest, tokens: dict) -> VisionPlan:
     tower_trained = training and req.trainable == "all"
     lm_trained = training and req.trainable != "projector"
     per_crop = nv // crops
-    parts = []
-    tower_plan = None
+    parts, towers = [], []
     if k:
-        tower_plan = _sub(req, m.tower.encoder_spec(m.name), per_crop, b * k * crops * base.dp,
-                          frozen=not tower_trained)
-        parts.append(Part(name="vision tower", params=m.tower.params, trainable=tower_trained, plan=tower_plan,
-                          tokens=nv))
+        towers = _tower_plans(req, m, per_crop, b * k * crops * base.dp, frozen=not tower_trained)
+        for i, (label, plan) in enumerate(towers):
+            parts.append(Part(name=label, params=m.tower.params if i == 0 else 0, trainable=tower_trained,
+                              plan=plan, tokens=nv))
+    tower_plan = towers[0][1] if towers else None
     parts.append(Part(name="projector", params=m.projector_params, trainable=training, plan=None,
                       tokens=m.image_lm_tokens(nv, crops)))
     lm_plan = _sub(req, m.lm, lm_len, base.batch, frozen=False)
     parts.append(Part(name="language model", params=m.lm.params, trainable=lm_trained, plan=lm_plan, tokens=lm_len))
     states = {p.name: _state(req, p.params, p.trainable) for p in parts}
-    persistent = [(f"{p.name} weights", states[p.name][0]) for p in parts]
+    persistent = [(f"{p.name} weights", states[p.name][0]) for p in parts if p.params]
     optimizer = sum(s[2] for s in states.values())
     if training:
         persistent.append(("optimizer state", optimizer))
@@ -59,7 +59,7 @@ def vlm_plan(req: VisionRequest, tokens: dict) -> VisionPlan:
     rows = b * k * nv  # tower tokens per GPU
     if not training:
         kv = lm_plan.kv_cache_bytes
-        tower_act = _tower_inference_act(m, tower_plan, rows, es) if tower_plan else 0
+        tower_act = max((_tower_inference_act(m, t, rows, es) for _, t in towers), default=0)
         phases = [("vision tower", [("vision tower activations", tower_act + pixels + hidden_states)]),
                   ("language model", [("language model kv cache", kv), ("projector image features", feats_out),
                                       ("language model activations", lm_plan.activation_bytes)])]
@@ -68,7 +68,8 @@ def vlm_plan(req: VisionRequest, tokens: dict) -> VisionPlan:
     grads = {n: s[1] for n, s in states.items()}
     steps = sum(s[3] for s in states.values())
     sig = m.tower.layers * rows * m.tower.ffn * es if m.tower.quick_gelu else 0  # QuickGELU's saved sigmoid
-    tower_saved = _saved(tower_plan) + hidden_states + sig if (tower_plan and tower_trained) else 0
+    saved = [_saved(t) for _, t in towers]
+    tower_saved = sum(saved) + hidden_states + sig if (towers and tower_trained) else 0
     lm_back = _backward_peak(lm_plan, lm_trained) - (0 if lm_trained else _frozen_linear_inputs(m.lm, lm_plan))
     phases = [("language model backward", [("vision tower saved activations", tower_saved),
                                            ("projector saved activations", proj_in + feats_out),
@@ -78,12 +79,33 @@ def vlm_plan(req: VisionRequest, tokens: dict) -> VisionPlan:
         if tower_trained:
             phases.append(("vision tower backward", [
                 ("language model gradients", grads["language model"] + grads["projector"]),
-                ("vision tower backward peak", _backward_peak(tower_plan, True) + sig)]))
+                ("vision tower backward peak", max(_backward_peak(t, True) + sum(saved) - saved[i]
+                                                   for i, (_, t) in enumerate(towers)) + sig)]))
         else:
             phases.append(("vision tower forward", [("vision tower activations",
-                                                     _tower_inference_act(m, tower_plan, rows, es) + pixels
-                                                     + hidden_states)]))
+                                                     max(_tower_inference_act(m, t, rows, es) for _, t in towers)
+                                                     + pixels + hidden_states)]))
     return _finish(req, tokens, parts, phases, persistent, 0, 0, _projector_ms(req, m, nv, crops, True))
+
+
+def _tower_plans(req: VisionRequest, m: VisionLanguageSpec, tokens: int, batch: int, *, frozen: bool):
+    """[(part name, budget)] of the tower: one encoder over every block; Qwen2.5-VL's windowed blocks apart, as
+    windows of (window_px / patch)² = 64 patches each (transformers 5.17 qwen2_5_vl/modeling_qwen2_5_vl.py:
+    get_window_index reorders the patches by window, cu_window_seqlens cuts the attention calls; the blocks in
+    fullatt_block_indexes attend over the whole image)."""
+    spec = m.tower.encoder_spec(m.name)
+    full = sum(1 for i in set(m.tower.full_attention_layers) if 0 <= i < m.tower.layers)
+    w2 = (m.tower.window_px // m.tower.patch) ** 2 if m.tower.window_px else 0
+    if not w2 or full == m.tower.layers or tokens <= w2:
+        return [("vision tower", _sub(req, spec, tokens, batch, frozen=frozen))]
+    windows = -(-tokens // w2)  # the patches of one image in whole windows (edge windows padded: an upper bound)
+    out = []
+    if full:
+        out.append(("vision tower", _sub(req, replace(spec, layers=full, window_per_layer=None), tokens, batch,
+                                         frozen=frozen)))
+    windowed = replace(spec, layers=m.tower.layers - full, window_per_layer=None)
+    out.append(("vision tower windowed blocks", _sub(req, windowed, w2, batch * windows, frozen=frozen)))
+    return out
 
 
 def _tower_inference_act(m: VisionLanguageSpec, plan: Plan, rows: int, es: int) -> int:

@@ -91,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.quick:
         for path in sorted((ROOT / "validation/data").glob("h200_hf_*.csv")):
-            res = subprocess.run([sys.executable, "-m", "validation.model_report", str(path.relative_to(ROOT))], cwd=ROOT,
-                                 capture_output=True, text=True, timeout=600)
+            cmd = [sys.executable, "-m", "validation.model_report", str(path.relative_to(ROOT))]
+            res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
             (out / "report" / f"{path.stem}.txt").write_text(res.stdout + (f"\n[exit {res.returncode}]"
                                                                            if res.returncode else ""))
     print(f"wrote {sum(1 for _ in out.rglob('*') if _.is_file())} files under {out}")

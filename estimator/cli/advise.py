@@ -11,7 +11,7 @@ import json
 import sys
 
 from estimator.call.config import MASKS, check_positive_int
-from estimator.cli.plan import add_plan_arguments, inputs_from_args
+from estimator.cli.plan import add_plan_arguments, image_request, inputs_from_args
 
 
 class _Parser(argparse.ArgumentParser):
@@ -59,8 +59,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from estimator.advice.plan_rules import advise
 
-        inputs = inputs_from_args(args)
-        items = advise(inputs, **_call_options(args))
+        request = image_request(args)
+        if request is not None:  # Swin or a vision-language model: where the memory goes, tower by tower
+            from estimator.advice.vision_rules import vision_advice
+            from estimator.model.vision_plan import vision_plan
+
+            items = vision_advice(vision_plan(request, solve=False))
+        else:
+            inputs = inputs_from_args(args)
+            items = advise(inputs, **_call_options(args))
     except ValueError as exc:
         text = str(exc)
         if text.startswith("cached_len:"):

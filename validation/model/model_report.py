@@ -25,6 +25,7 @@ from estimator.model.plan import make_plan
 from validation.call.schema import tolerance_bytes
 from validation.errors import first_line
 from validation.model.hf_configs import family_config
+from validation.model.hf_vision import is_vision
 
 # HF attn_implementation -> the planner's backend
 BACKEND_OF = {"sdpa": "auto", "eager": "eager", "flex_attention": "flex"}
@@ -33,6 +34,10 @@ CHECKPOINTING_OF = {"none": "none", "hf": "hf"}
 
 def plan_row(row: dict):
     """The plan for one measured row (raises ValueError when the planner cannot model it)."""
+    if is_vision(row["family"]):
+        from validation.model.vision_report import vision_plan_row
+
+        return vision_plan_row(row)
     cfg = family_config(row["family"], int(row["layers"]), row.get("overrides") or None)
     model = from_hf_config(cfg, name=f"{row['family']} ({row['layers']} layers)")
     training = row["mode"] == "train"

@@ -7,7 +7,6 @@ carry user input (URL parameters, file names, a config's values echoed in an err
 
 from __future__ import annotations
 
-import html
 import re
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&=\"'^%@])")
@@ -24,11 +23,6 @@ def md(text: object) -> str:
     plain = " ".join(str(text).split())
     plain = _AUTOLINK.sub(lambda m: m.group(1)[0] + _ZWSP + m.group(1)[1:], plain)
     return _MD_SPECIAL.sub(r"\\\1", plain)
-
-
-def html_text(text: object) -> str:
-    """For the few places that take HTML (graph labels): entities."""
-    return html.escape(str(text), quote=True)
 
 
 def one_line(exc: BaseException | str) -> str:

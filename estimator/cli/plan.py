@@ -13,7 +13,8 @@ from dataclasses import replace
 from functools import partial
 
 from estimator.call.backends import DEFAULT_TORCH
-from estimator.call.config import BACKENDS, KV_DTYPE_BITS
+from estimator.call.config import KV_DTYPE_BITS
+from estimator.call.registry import BACKENDS
 from estimator.hardware import CATALOG
 from estimator.model.budget import Plan
 from estimator.model.hf_config import from_hf_config

@@ -11,12 +11,13 @@ from dataclasses import asdict, dataclass, field
 
 from estimator.call.attention import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
 from estimator.call.config import KV_DTYPE_BITS, element_bytes
-from estimator.call.shapes import cdiv
 from estimator.model.activations import inference_activations, largest_allocation_bytes, training_peak
 from estimator.model.assumptions import assumptions
-from estimator.model.inputs import PlanInputs, Sizes, attention_layers, gpu_of
+from estimator.model.inputs import PlanInputs, Sizes, gpu_of
+from estimator.model.layer_attention import attention_layers
 from estimator.model.state import model_state
 from estimator.model.time import plan_flops, plan_times
+from estimator.units import cdiv
 
 
 @dataclass(frozen=True, kw_only=True)

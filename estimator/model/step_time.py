@@ -37,13 +37,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from estimator.call.config import DTYPE_BITS
-from estimator.call.shapes import cdiv
 from estimator.hardware import GPU
 from estimator.model import layer_passes as passes
 from estimator.model.kernel_prices import KernelConstants, Kernels
+from estimator.units import cdiv
 
 if TYPE_CHECKING:
-    from estimator.model.inputs import LayerAttention, PlanInputs
+    from estimator.model.inputs import PlanInputs
+    from estimator.model.layer_attention import LayerAttention
 
 # HF's eager Python: per decoder-layer call (module __call__s, cache bookkeeping; host time that overlaps queued
 # device work) and per model forward (mask and rotary set-up, output dataclasses, the first kernels' start: host
@@ -92,7 +93,7 @@ def decode_graph_builds(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU
     """cuDNN graphs a decode step builds: one per distinct shape among the layers whose key length grows each step
     (global layers, or windows not yet full) when SDPA runs their q_len = 1 call on cuDNN."""
     from estimator.call.attention import estimate_call
-    from estimator.model.inputs import attention_call
+    from estimator.model.layer_attention import attention_call
 
     shapes = set()
     for a in attn:
@@ -101,7 +102,7 @@ def decode_graph_builds(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU
         S = inputs.seq_len + 1
         call = attention_call(inputs, span=S, q_len=1, kv_len=S, causal=False, mode="forward")
         try:
-            est = estimate_call(call, gpu)
+            est = estimate_call(call, gpu, inputs.torch_version)
         except ValueError:
             continue
         if est.supported and est.selected_backend == "cudnn":

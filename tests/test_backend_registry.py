@@ -89,3 +89,10 @@ def test_block_bytes_is_the_block_the_allocator_hands_out(nbytes):
     block = CachingAllocator(capacity_bytes=1 << 40).malloc(nbytes)
     assert block.size == int(block_bytes(np.int64(nbytes)))
     assert block.size % MIN_BLOCK_BYTES == 0
+
+
+def test_every_backend_and_auto_has_its_chart_style():
+    from ui.figures import BACKEND_COLORS, BACKEND_DASHES, BACKEND_MARKERS
+
+    for style in (BACKEND_COLORS, BACKEND_DASHES, BACKEND_MARKERS):
+        assert set(style) == set(registry.BACKENDS)

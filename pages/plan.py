@@ -128,7 +128,7 @@ if not plan.supported:
             st.info(md(f"Fix ({item.id}): {human(item.title)}. {human(item.expected_effect)}"))
         if advisor_error:
             st.error(md(advisor_error))
-    from estimator.model.inputs import attention_call
+    from estimator.model.layer_attention import attention_call
 
     st.subheader("Which backends can run this call")
     st.table(sweeps.backend_text(sweeps.backend_table(attention_call(inputs), gpu, torch_version=inputs.torch_version,
@@ -167,7 +167,7 @@ if budget_tab.open:
                    f"chosen backend materialises: {gib_text(plan.attention_scores_bytes)}. KV cache per token: "
                    f"{plan.kv_cache_bytes_per_token:,} bytes.")
         st.subheader("Attention backend")
-        from estimator.model.inputs import attention_call  # the layer's call, as the advisor prices it
+        from estimator.model.layer_attention import attention_call  # the layer's call, as the advisor prices it
 
         call = attention_call(inputs)
         backends = sweeps.backend_table(call, gpu, torch_version=inputs.torch_version, estimate=cached.estimate)

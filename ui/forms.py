@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping
 
 import streamlit as st
 
-from estimator.call.config import BACKENDS, DTYPE_BITS, KV_DTYPE_BITS, MASKS
+from estimator.call.config import DTYPE_BITS, KV_DTYPE_BITS, MASKS
+from estimator.call.registry import BACKENDS
 from estimator.hardware import CATALOG
 from estimator.model.recipes import OPTIMIZERS
 from ui.state import CALL_MODES, CHECKPOINTING, LOGITS, PLAN_MODES, PRECISION_CHOICES, ZERO_STAGES

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from estimator.call.config import (
-    BACKENDS,
     DTYPE_BITS,
     KV_DTYPE_BITS,
     MASKS,
@@ -19,6 +18,7 @@ from estimator.call.config import (
     normalize_dtype,
     parse_bool,
 )
+from estimator.call.registry import BACKENDS
 from estimator.hardware import get_gpu
 from estimator.model.inputs import CHECKPOINTING, LOGITS
 from estimator.model.inputs import MODES as PLAN_MODES

@@ -12,7 +12,8 @@ import sys
 from dataclasses import replace
 from functools import partial
 
-from estimator.call.config import BACKENDS, KV_DTYPE_BITS
+from estimator.call.config import KV_DTYPE_BITS
+from estimator.call.registry import BACKENDS
 from estimator.cli.vision_args import (
     add_image_arguments,
     encoder_token_dict,

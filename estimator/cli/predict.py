@@ -121,17 +121,6 @@ def read_csv_chunks(path, chunk_rows: int = CHUNK_ROWS) -> tuple[list[str], Iter
     return header, rows()
 
 
-def read_csv_text(path) -> pd.DataFrame:
-    """The whole file as text cells (for callers that want one frame); reader errors in an `error` column."""
-    _header, chunks = read_csv_chunks(path)
-    frames, errors = zip(*chunks, strict=True)
-    df = pd.concat(frames, ignore_index=True)
-    joined = np.concatenate(errors)
-    if (joined != "").any():
-        df["error"] = joined
-    return df
-
-
 def _csv_bytes(df: pd.DataFrame, header: bool) -> bytes:
     """One chunk as CSV bytes, LF line ends throughout: pyarrow's writer when available (unquoted, or quoted
     throughout if any value holds a comma, quote or newline), pandas' otherwise."""

@@ -323,12 +323,6 @@ class ModelSpec:
         return self._moe_ffn_params() if self.experts else 0
 
     @property
-    def params_per_layer(self) -> int:
-        """Parameters of one layer; MoE models: of an MoE layer (dense layers: layer_params[i])."""
-        ffn = self.moe_params_per_layer if self.moe_layers else self.ffn_params_per_layer
-        return self.attention_params_per_layer + ffn + self.norms_per_layer * self.norm_params
-
-    @property
     def layer_params(self) -> tuple[int, ...]:
         """Parameters of each layer (all experts resident)."""
         base = self.attention_params_per_layer + self.norms_per_layer * self.norm_params

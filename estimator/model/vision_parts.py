@@ -151,7 +151,7 @@ def _calls(plan: Plan | None) -> list[str]:
 
 
 def _attn(plan: Plan):
-    from estimator.model.inputs import attention_layers
+    from estimator.model.layer_attention import attention_layers
 
     return attention_layers(plan.inputs)
 

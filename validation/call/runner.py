@@ -123,7 +123,7 @@ def guard_need(call: AttentionCall, pred: dict, device: str, gpu: str) -> tuple[
     math path runs (the eager reference for `eager`), so the estimator's math peak at float32 (the CPU math
     path computes reduced precision in fp32) plus fp32 copies of the inputs; time from its FLOPs at
     CPU_FLOPS_PER_S."""
-    from estimator.call import flops
+    from estimator.call import flops, registry
     from estimator.call.attention import peaks_for
     from estimator.call.shapes import Calls
     from estimator.hardware import get_gpu
@@ -142,7 +142,7 @@ def guard_need(call: AttentionCall, pred: dict, device: str, gpu: str) -> tuple[
         return inputs + upcast + peak, seconds
     peak = number_or_none(pred.get("predicted_peak_extra_bytes"))
     if peak is None:
-        backend = call.backend if call.backend in ("math", "flash", "efficient", "cudnn", "eager") else "math"
+        backend = call.backend if call.backend in registry.names(traced=True) else "math"
         try:
             peak = int(peaks_for(Calls.from_call(call), backend, get_gpu(gpu))[0])
         except (ValueError, KeyError, ArithmeticError):

@@ -54,7 +54,7 @@ class Backend:
     (estimator/call/op_chain.py), its bmm calls on cuBLAS (whose workspaces the call then holds).
     always_runs: no eligibility rule applies (plain torch ops run any call).
     traced: its memory timeline is checked allocation by allocation against H200 allocator traces
-    (validation/calibration.py trace_rows, validation/data/h200_calibration.csv).
+    (validation/call/calibration_cases.py trace_rows, validation/data/h200_calibration.csv).
     error_band: the relative error band of peak_extra_bytes (estimator/call/attention.py says where each comes from).
     priced_as: a backend whose kernels it runs, and is timed as (None: its own).
     mask_input: what the call gets for a mask: the dense (batch, 1, q_len, kv_len) tensor, a BlockMask, or none

@@ -28,6 +28,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 
+from estimator.files import write_atomic
 from estimator.report.cells import RESULT_KEYS, Named, _component_form, _env, _eval, closed_forms, input_cells, slug
 from estimator.report.grid import _complete, batch_grid, effective_batch, n_grid
 from estimator.units import GIB
@@ -347,6 +348,5 @@ def write_plan_xlsx(path: str, inputs, plan: dict, advice: Sequence = ()) -> Non
     top = min(MAX_SEQ_LEN, max(4 * inputs.seq_len, 1 << 17))
     ns = sorted({1 << k for k in range(8, top.bit_length())} | {inputs.seq_len})
     data = plan_xlsx(inputs, plan, sweep_rows(inputs, ns), advice)
-    with open(path, "wb") as out:
-        out.write(data)
+    write_atomic(path, data, "--xlsx")  # a temporary file renamed when whole: a failed write leaves no stub
 

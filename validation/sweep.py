@@ -130,48 +130,50 @@ def _sweep(inputs, rows, out_path, options, measure_fn, worker, resume, progress
     except OSError as exc:
         raise write_error("--out", out_path, exc) from None
     kept = 0
-    with fh:
+    good = 0
+    try:
         good = fh.tell()
-        try:
-            writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
-            if not append:
-                writer.writeheader()
-                fh.flush()
-                good = fh.tell()
-            for i, (row, pred) in enumerate(zip(rows, preds, strict=True)):
-                label = row.get("id") or str(i)
-                if label in skip:
-                    progress.update(i + 1, f"{label} already measured")
-                    continue
-                try:
-                    call = call_from_row(row)
-                except ValueError as exc:
-                    result = {"status": "error", "error": _first_line(exc)}
-                else:
-                    result = _run_case(call, pred, options, measure_fn, worker)
-                result = {**{c: "" for c in MEASURED}, **{k: ("" if v is None else v) for k, v in result.items()},
-                          "torch_version": env["torch_version"], "device_name": env["device_name"]}
-                writer.writerow({**{k: row.get(k, "") for k in inputs}, **result, **pred, **compare(result, pred)})
-                fh.flush()
-                good = fh.tell()
-                kept += 1
-                counts[result["status"]] = counts.get(result["status"], 0) + 1
-                peak = result.get("measured_peak_extra_bytes")
-                progress.update(i + 1, f"{label} {result['status']}"
-                                + (f" peak {int(peak) / MIB:.2f} MiB" if peak not in ("", None) else "")
-                                + (f" ({result['error'][:80]})" if result.get("error") else ""))
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: every finished row stays, a row cut short does not
+        writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
+        if not append:
+            writer.writeheader()
+            fh.flush()
+            good = fh.tell()
+        for i, (row, pred) in enumerate(zip(rows, preds, strict=True)):
+            label = row.get("id") or str(i)
+            if label in skip:
+                progress.update(i + 1, f"{label} already measured")
+                continue
+            try:
+                call = call_from_row(row)
+            except ValueError as exc:
+                result = {"status": "error", "error": _first_line(exc)}
+            else:
+                result = _run_case(call, pred, options, measure_fn, worker)
+            result = {**{c: "" for c in MEASURED}, **{k: ("" if v is None else v) for k, v in result.items()},
+                      "torch_version": env["torch_version"], "device_name": env["device_name"]}
+            writer.writerow({**{k: row.get(k, "") for k in inputs}, **result, **pred, **compare(result, pred)})
+            fh.flush()
+            good = fh.tell()
+            kept += 1
+            counts[result["status"]] = counts.get(result["status"], 0) + 1
+            peak = result.get("measured_peak_extra_bytes")
+            progress.update(i + 1, f"{label} {result['status']}"
+                            + (f" peak {int(peak) / MIB:.2f} MiB" if peak not in ("", None) else "")
+                            + (f" ({result['error'][:80]})" if result.get("error") else ""))
+    except BaseException as exc:  # a full disk, Ctrl-C or SIGTERM: every finished row stays, a row cut short not
+        with contextlib.suppress(OSError):
+            fh.close()  # what is buffered may land (or not): cut back to the last whole row below
+        if os.path.isfile(out_path):
             with contextlib.suppress(OSError):
-                fh.flush()
-                if os.path.isfile(out_path):
-                    os.truncate(out_path, good)
-            raise
-        except OSError as exc:
-            if os.path.isfile(out_path):
-                with contextlib.suppress(OSError):
-                    os.truncate(out_path, good)  # no half row
+                os.truncate(out_path, good)
+        if isinstance(exc, OSError):
             error = write_error("--out", out_path, exc)
             raise ValueError(f"{error}; the {kept} row(s) measured before it are kept, --resume continues") from None
+        raise
+    try:
+        fh.close()
+    except OSError as exc:
+        raise write_error("--out", out_path, exc) from None
     return counts
 
 

@@ -59,13 +59,26 @@ def _special(path: str) -> bool:
     return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
+def _umask() -> int:
+    """The process's umask: from /proc on Linux (reading it with os.umask means setting it, which races with
+    other threads), else by os.umask."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
 def _new_file_mode(target: str) -> int:
     try:
         return stat.S_IMODE(os.stat(target).st_mode)  # keep an existing file's permissions
     except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask  # what open() would have created
+        return 0o666 & ~_umask()  # what open() would have created
 
 
 @contextlib.contextmanager
@@ -81,6 +94,8 @@ def atomic_output(path, out_flag: str, mode: str = "w", *, encoding: str | None 
     target = os.path.realpath(os.fspath(path))
     if os.path.isdir(target):
         raise ValueError(f"{out_flag} {path}: cannot write (is a folder; give a file name)")
+    if os.path.exists(target) and not os.access(target, os.W_OK):  # a rename would bypass the file's mode
+        raise ValueError(f"{out_flag} {path}: cannot write (Permission denied)")
     if _special(target):
         try:
             with open(target, mode, **text_args) as fh:

@@ -8,6 +8,7 @@ import json
 
 import torch
 
+from estimator.files import write_atomic
 from validation.protocol import make_inputs, run_call
 
 
@@ -37,8 +38,7 @@ def trace_rows(rows, out_path) -> None:
             result[row["id"]] = {"row": row, "events": trace(call_from_row(row))}
         except Exception as exc:  # noqa: BLE001 - record and continue
             result[row["id"]] = {"row": row, "error": str(exc).splitlines()[0][:200]}
-    with open(out_path, "w") as fh:
-        json.dump(result, fh)
+    write_atomic(out_path, json.dumps(result), "out")
 
 
 def trace_with_addresses(call, out_path) -> None:
@@ -58,6 +58,5 @@ def trace_with_addresses(call, out_path) -> None:
     snap = torch.cuda.memory._snapshot()
     torch.cuda.memory._record_memory_history(enabled=None)
     events = [(ev["action"], int(ev.get("addr", 0)), int(ev["size"])) for ev in snap["device_traces"][0]]
-    with open(out_path, "w") as fh:
-        json.dump({"status": status, "events": events}, fh)
+    write_atomic(out_path, json.dumps({"status": status, "events": events}), "out")
     torch.cuda.empty_cache()

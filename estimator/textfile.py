@@ -8,6 +8,7 @@ import json
 import os
 import re
 import stat
+import sys
 from pathlib import Path
 
 from estimator.units import MIB
@@ -81,6 +82,9 @@ def parse_json_limited(text: str, source: str, max_depth: int = MAX_JSON_DEPTH):
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{source} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except ValueError:  # an integer past Python's int_max_str_digits (4,300 digits by default)
+        raise ValueError(f"{source}: holds an integer too long to be a number ({sys.get_int_max_str_digits():,} "
+                         "digits at most)") from None
     except RecursionError:  # pragma: no cover - the depth check comes first
         raise ValueError(f"{source}: JSON nested too deeply") from None
 

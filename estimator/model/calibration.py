@@ -103,7 +103,8 @@ def constants_from_json(data: dict, source: str) -> KernelConstants:
             e, m, n, k = (size(f"{at}.{f}", g[f]) for f in ("experts", "m", "n", "k"))
             dt, kind, ms = str(g["dtype"]), str(g["kind"]), ms_of(f"{at}.ms", g["ms"])
             if dt not in peaks or kind not in ("forward", "forward_backward"):
-                raise ValueError(f"calibration {source}: {at}: dtype {dt!r} or kind {kind!r} out of range")
+                raise ValueError(f"calibration {source}: grouped_gemm row {i}: dtype {dt!r} or kind {kind!r} out of "
+                                 "range")
             flops = 2.0 * e * m * n * k * (3 if kind == "forward_backward" else 1)
             grouped.append(GroupedGemm(e, m, n, k, dt, kind, flops / (ms * 1e-3) / peaks[dt]))
         big = [g for g in gemms if g.m <= 64 and g.n * g.k >= 50_000_000]

@@ -180,6 +180,17 @@ def test_a_quote_left_open_to_the_end_costs_one_row(tmp_path):
     assert len(out) == 5 and "line 4" in out[2]["error"] and sum(r["error"] == "" for r in out) == 4
 
 
+def test_a_stray_quote_past_the_field_size_limit_still_costs_one_row(tmp_path, monkeypatch):
+    monkeypatch.setattr(predict_cli, "MAX_LINE_CHARS", 400)  # the reader's field limit; the file is 40 lines
+    lines = [GOOD.replace("a,", f"r{i},", 1) for i in range(40)]
+    lines[1] = lines[1].replace(",auto,", ',"auto,')  # swallows the rest: a field past the limit, csv.Error
+    src = tmp_path / "in.csv"
+    src.write_text(HEADER + "\n" + "\n".join(lines) + "\n")
+    predict_cli.predict_file(src, tmp_path / "out.csv", "h200")
+    out = rows_of(tmp_path / "out.csv")
+    assert len(out) == 40 and "unbalanced quote" in out[1]["error"] and sum(r["error"] == "" for r in out) == 39
+
+
 def test_a_quoted_cell_with_a_line_break_is_no_stray_quote(tmp_path):
     src = tmp_path / "in.csv"
     src.write_text(HEADER + ",note\n" + GOOD + ',"two\nlines, and a comma"\n' + GOOD.replace("a,", "b,", 1) + ",x\n")

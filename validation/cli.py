@@ -141,12 +141,14 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--in", dest="inp", required=True, help="predict-style input CSV")
     r.add_argument("--out", required=True, help="output CSV, written row by row")
     r.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when torch sees a GPU, else cpu")
-    r.add_argument("--force", action="store_true", help="run cases predicted not to fit in free memory or time")
+    r.add_argument("--force", action="store_true", help="run cases predicted not to fit in free memory or time, "
+                   "and replace an OUT that holds measured rows (without it such an OUT is refused; see --resume)")
     r.add_argument("--repeats", type=int, default=5, help="timed repeats per case (median); default 5")
     r.add_argument("--timeout-s", type=float, default=120.0, help="per-case time limit in seconds; 0 = none")
     r.add_argument("--gpu", help="catalog GPU the predictions are for (default: detected; h200 on a CPU)")
     r.add_argument("--torch", help="torch version passed to the estimator (default: the estimator's)")
-    r.add_argument("--resume", action="store_true", help="append to OUT, skipping ids already measured there")
+    r.add_argument("--resume", action="store_true", help="append to OUT, skipping ids already measured there "
+                   "(a case recorded as a crash is measured again)")
     r.add_argument("--gpus", type=int, default=1, help="local GPUs: one worker per GPU (CUDA_VISIBLE_DEVICES), rows "
                    "merged in input order (default 1; more than 1 is refused on the cpu)")
     r.set_defaults(func=_run)

@@ -36,7 +36,7 @@ class RunOptions:
     device: str = "cpu"  # cpu | cuda
     repeats: int = 5
     timeout_s: float = 120.0  # per case; 0 = no limit
-    force: bool = False  # run cases predicted not to fit in free memory or time
+    force: bool = False  # run cases predicted not to fit in free memory or time; replace an earlier output
     gpu: str = "h200"  # catalog name the predictions are made for
     torch_version: str | None = None  # passed to predict_frame; None = the estimator's default
     margin_fraction: float = 0.10  # free memory must exceed need·(1 + margin) + margin_bytes

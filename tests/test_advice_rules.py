@@ -1,4 +1,4 @@
-"""Each advisor rule on small fakes of the plan and the estimator (tests/test_advice_fakes.py): a scenario that
+"""Each advisor rule on small fakes of the plan and the estimator (tests/conftest.py): a scenario that
 triggers it, one that must not, and effect numbers equal to re-running the (fake) estimator with the change."""
 
 from dataclasses import replace

@@ -379,6 +379,7 @@ def test_tree_page_renders_the_tree():
     assert "#FFE08A" in at.get("graphviz_chart")[0].proto.spec  # the default plan's path is highlighted
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 def test_validate_displays_a_real_cpu_validation_run(tmp_path, monkeypatch):
     """`python -m validation run` on the CPU (eager with GQA, and math), its CSV uploaded to the page."""
     import subprocess

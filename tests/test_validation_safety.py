@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from tests.test_validation_runner import SMALL, fake_predict, read_out, write_cases  # noqa: F401 - a fixture
-from validation import runner
-from validation import sweep as sweep_module
+from validation.call import runner
+from validation.call import sweep as sweep_module
+from validation.call.grid import case, number
+from validation.call.rows import call_from_row
+from validation.call.runner import RunOptions
+from validation.call.sweep import sweep
 from validation.cli import main
-from validation.grid import case, number
-from validation.rows import call_from_row
-from validation.runner import RunOptions
-from validation.sweep import sweep
 
 ROOT = Path(__file__).parent.parent
 
@@ -226,7 +226,7 @@ def test_report_refuses_writing_over_the_run(run_output, capsys):
 
 
 def test_model_report_outputs_are_refused_over_inputs_and_say_what_failed(tmp_path, capsys):
-    from validation import model_report
+    from validation.model import model_report
 
     src = tmp_path / "m.csv"
     src.write_text("family\n")
@@ -244,7 +244,7 @@ def test_calibrate_budget_must_be_a_finite_number_of_seconds(tmp_path, capsys, v
 
 
 def test_calibrate_json_is_strict_and_written_whole(tmp_path, monkeypatch):
-    from validation import calibrate as cal
+    from validation.timing import calibrate as cal
 
     def nan_launch(device):
         return {"launch_floor_ms": float("nan"), "sync_ms": 0.001, "launch_sync_ms": 0.002}

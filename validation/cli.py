@@ -17,6 +17,7 @@ import time
 
 from estimator.files import refuse_same_file, write_atomic
 from estimator.hardware import get_gpu, gpu_from_device_name
+from validation.errors import first_line
 
 
 def modelled_torch(version: str) -> str | None:
@@ -32,9 +33,9 @@ def modelled_torch(version: str) -> str | None:
 def _run(args) -> int:
     import torch
 
-    from validation.rows import read_cases
-    from validation.runner import RunOptions
-    from validation.sweep import sweep, write_meta
+    from validation.call.rows import read_cases
+    from validation.call.runner import RunOptions
+    from validation.call.sweep import sweep, write_meta
 
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -63,7 +64,7 @@ def _run(args) -> int:
     if args.gpus < 1:
         raise ValueError(f"--gpus: expected a number of GPUs >= 1, got {args.gpus}")
     if args.gpus > 1:
-        from validation.sweep import spread
+        from validation.call.sweep import spread
         if device != "cuda":
             raise ValueError("--gpus: more than one worker needs CUDA GPUs (this run is on the cpu)")
         if args.gpus > torch.cuda.device_count():
@@ -86,8 +87,8 @@ MAX_WORST = 10_000
 def _grid(args) -> int:
     if not 1 <= args.n <= MAX_GRID_CASES:
         raise ValueError(f"--n: expected a number of cases in [1, {MAX_GRID_CASES:,}], got {args.n}")
-    from validation import grid
-    from validation.case_lists import make_grid
+    from validation.call import grid
+    from validation.call.case_lists import make_grid
     rows = make_grid(args.kind, seed=args.seed, n=args.n, dtype=args.dtype, mode=args.mode, stop=args.stop)
     grid.write_csv(rows, args.out)
     print(f"wrote {len(rows)} cases to {args.out}", file=sys.stderr)
@@ -97,7 +98,7 @@ def _grid(args) -> int:
 def _report(args) -> int:
     import pandas as pd
 
-    from validation.report import build_report, load
+    from validation.call.report import build_report, load
     if not 0 <= args.worst <= MAX_WORST:
         raise ValueError(f"--worst: expected a number of cases in [0, {MAX_WORST:,}], got {args.worst}")
     refuse_same_file(args.md, [*args.csv, *(f"{path}.meta.json" for path in args.csv)], "--md")
@@ -116,20 +117,20 @@ def _report(args) -> int:
     return 0
 
 
-MAX_BUDGET_S = 24 * 3600.0  # a calibration takes about a minute on an H200 (validation/calibrate.py)
+MAX_BUDGET_S = 24 * 3600.0  # a calibration takes about a minute on an H200 (validation/timing/calibrate.py)
 
 
 def _calibrate(args) -> int:
     budget = args.budget_s
     if not math.isfinite(budget) or not 0 <= budget <= MAX_BUDGET_S:
         raise ValueError(f"--budget-s: expected seconds in [0, {MAX_BUDGET_S:g}] (0 = no limit), got {budget:g}")
-    from validation.calibrate import calibrate
+    from validation.timing.calibrate import calibrate
     calibrate(args.out, device=args.device, quick=args.quick, budget_s=budget)
     return 0
 
 
 def _model(args) -> int:
-    from validation.distributed import main_model
+    from validation.model.distributed import main_model
     return main_model(args)
 
 
@@ -171,12 +172,12 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--torch", help="torch version to predict for (default: the data's)")
     rep.set_defaults(func=_report)
     mo = sub.add_parser("model", help="a HF model over several processes under torchrun (tp, cp, ZeRO-3), per-rank "
-                        "memory and time beside the plan's per-GPU figures (validation/distributed.py)")
-    from validation.distributed import add_arguments
+                        "memory and time beside the plan's per-GPU figures (validation/model/distributed.py)")
+    from validation.model.distributed import add_arguments
     add_arguments(mo)
     mo.set_defaults(func=_model)
     c = sub.add_parser("calibrate", help="measure GEMMs, memory-bound kernels, launch floor, SDPA, optimizers "
-                       "to a JSON file for `plan --calibration` (validation/calibrate.py)")
+                       "to a JSON file for `plan --calibration` (validation/timing/calibrate.py)")
     c.add_argument("--out", default="calibration_kernels.json", help="output JSON (default calibration_kernels.json)")
     c.add_argument("--quick", action="store_true", help="tiny shapes, for CPU tests")
     c.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when torch sees a GPU, else cpu")
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         with _sigterm_as_interrupt():
             return args.func(args)
     except ValueError as exc:
-        print(f"error: {(str(exc).splitlines() or ['invalid input'])[0]}", file=sys.stderr)
+        print(f"error: {first_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         out = getattr(args, "out", None)
@@ -224,6 +225,5 @@ def main(argv: list[str] | None = None) -> int:
         return 143 if isinstance(exc, Terminated) else 130
     except OSError as exc:
         where = exc.filename or getattr(args, "out", None) or getattr(args, "md", None) or args.command
-        print(f"error: {where}: {exc.strerror or (str(exc).splitlines() or [type(exc).__name__])[0]}",
-              file=sys.stderr)
+        print(f"error: {where}: {exc.strerror or first_line(exc)}", file=sys.stderr)
         return 2

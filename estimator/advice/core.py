@@ -1,5 +1,5 @@
 """The advisor's vocabulary: the `Advice` record, the per-plan context that asks the plan and the estimator,
-and the helpers that turn a before/after pair into an advice item (see estimator/advice.py)."""
+and the helpers that turn a before/after pair into an advice item (the rules: estimator/advice/*_rules.py)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Source: the usual long-context attention practice (profile first, then choose kernel, architecture or
 parallelism, never skip steps), checked against PyTorch 2.11
 (docs/sdpa-internals.md). Each node names the advice ids (contract §4) that the rules in
-`estimator/advice.py` produce at that step. The pre-order walk of the tree is the advisor's order of
+`estimator/advice/*_rules.py` produce at that step. The pre-order walk of the tree is the advisor's order of
 importance (`ADVICE_ORDER`), so the printed tree and the advice list never disagree.
 """
 

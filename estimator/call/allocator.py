@@ -10,9 +10,9 @@ request rounded up to 2 MiB; a block is split when more than 1 MiB (large) or 51
 freed blocks merge with free neighbours; when the driver refuses a segment, every fully free cached segment
 is released and the request retried once.
 
-Checked on the H200 with allocation traces that carry addresses (validation/trace.py:
+Checked on the H200 with allocation traces that carry addresses (validation/call/allocator_trace.py:
 trace_with_addresses): placement, segment reuse and release happen as replayed, once the inputs are
-allocated the way validation/protocol.py makes them (a bool mask's fp32 `rand` temporary leaves a cached
+allocated the way validation/call/protocol.py makes them (a bool mask's fp32 `rand` temporary leaves a cached
 segment that later hosts small blocks). With that, the replay decides all 1,970 H200 calls that ran or ran
 out of memory (validation/data/h200_*.csv), the seven between 92% and 96% of the memory among them. The
 boundary also moves with what the process ran before (library memory outside the allocator): the call that

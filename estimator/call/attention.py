@@ -22,7 +22,7 @@ from estimator.hardware import GPU
 CUDA_CONTEXT_BYTES = 650_969_088
 # Near the limit the peak of allocated bytes does not decide: cached blocks fragment the segments. Calls whose
 # inputs + peak exceed this share of the memory left after the context are replayed through the caching
-# allocator (estimator/allocator.py) to decide `fits`. On the H200 no call below 92% ran out of memory and the
+# allocator (estimator/call/allocator.py) to decide `fits`. On the H200 no call below 92% ran out of memory and the
 # replay decides the seven measured between 92% and 96%; 75% keeps a wide margin (replays cost ~1 ms each).
 REPLAY_FROM_FRACTION = 0.75
 # cuBLAS keeps a 32 MiB workspace per (handle, stream) once a matmul ran: math and eager calls have

@@ -3,9 +3,9 @@
 Each function replays, in order, the tensors that PyTorch 2.11 allocates and frees for the call, and
 returns the Timeline: its running peak is peak_extra_bytes, its "forward" mark the bytes still alive
 after the forward (what autograd saved, plus the output), and its event log feeds the caching-allocator
-replay that decides `fits` near the limit (estimator/allocator.py). The sequences were read from the sources named
+replay that decides `fits` near the limit (estimator/call/allocator.py). The sequences were read from the sources named
 in docs/sdpa-internals.md and checked, allocation by allocation, against
-`torch.cuda.memory._record_memory_history` traces on an H200 (validation/trace.py;
+`torch.cuda.memory._record_memory_history` traces on an H200 (validation/call/allocator_trace.py;
 validation/data/h200_calibration.csv has the measured peaks they are held to).
 
 Notation: B batch, Hq/Hk query/KV heads, L q_len, S kv_len, D head_dim, es input element bytes;
@@ -111,7 +111,7 @@ def math_timeline(c: Calls) -> Timeline:
 
 
 def eager_timeline(c: Calls, inplace_fill: bool = False) -> Timeline:
-    """The project's hand-written attention (validation/eager.py), op by op, and its autograd backward.
+    """The project's hand-written attention (validation/call/eager.py), op by op, and its autograd backward.
     `inplace_fill`: the in-place `masked_fill_` (forward only; in-place breaks autograd). Measured on the H200
     (validation/data/h200_inplace_masked_fill.csv): the same peak, one kernel fewer."""
     t, g, half, d = Timeline(), c.grad, ~c.fp32, c.has_dropout
@@ -277,7 +277,7 @@ def efficient_workspace_bytes(c: Calls):
     (BI, DN) = (64, 64) for D ≤ 64, (128, 128) for D ≤ 128, (128, round64(D)) above.
     gk, gv: only where dK/dV do not fit in registers (16-bit, D > 128): num_splits_key·64·round128(D)
     each, the key splits capped at 200 // (B·Hq) (attention_backward.cu). Read off 442 H200 traces
-    (validation/calibration.py: efficient_backward_rows), where it matches every allocation exactly."""
+    (validation/call/calibration_cases.py: efficient_backward_rows), where it matches every allocation exactly."""
     small, mid = c.D <= 64, c.D <= 128
     block_i = np.where(small, 64, 128)
     d_n = np.where(small, 64, np.where(mid, 128, round_up(c.D, 64)))

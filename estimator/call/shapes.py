@@ -109,9 +109,9 @@ class Calls:
         return [q, kv, kv, mask, np.where(self.grad, q, 0)]
 
     def input_events(self, row: int = 0) -> list[tuple[str, str, int]]:
-        """How validation/protocol.py's make_inputs allocates one call's inputs, in order: q, k, v, the mask
+        """How validation/call/protocol.py's make_inputs allocates one call's inputs, in order: q, k, v, the mask
         (a bool mask is `rand(...) > p`, so an fp32 temporary of the mask's shape comes and goes first),
-        grad_out. Near the limit, where that temporary's segment sits matters (estimator/allocator.py)."""
+        grad_out. Near the limit, where that temporary's segment sits matters (estimator/call/allocator.py)."""
         q, k, v, mask, grad_out = (int(np.atleast_1d(n)[row]) for n in self.input_sizes())
         bool_mask = bool(np.atleast_1d(self.mask_bool)[row])
         return [("alloc", "q", q), ("alloc", "k", k), ("alloc", "v", v),

@@ -35,7 +35,8 @@ time = max(GPU work, host dispatch, serial chain) + overhead, per (backend, mode
 
 The fit factors, the ms per kernel and per step and the overhead per backend and mode are a least-squares fit of
 relative error over the H200 rows (torch 2.11) of the six measured sets below, rows of 1 ms and more weighted 1,
-shorter rows 0.25 (the target is calls >= 1 ms); the max is fitted by alternating regimes (validation/fit_time.py).
+shorter rows 0.25 (the target is calls >= 1 ms); the max is fitted by alternating regimes
+(validation/timing/fit_time.py).
 Reproduce the committed constants with
 
     python -m validation.fit_time validation/data/h200_calibration.csv validation/data/h200_heldout.csv \

@@ -1,4 +1,4 @@
-"""Kernel calibration files (`python -m validation calibrate`, format in validation/calibrate.py) read into
+"""Kernel calibration files (`python -m validation calibrate`, format in validation/timing/calibrate.py) read into
 `KernelConstants` (estimator/model/kernel_prices.py) for the time model (estimator/model/step_time.py).
 `plan --calibration FILE` uses the user's file; without it the H200 file shipped in estimator/model/data/ (a copy
 of validation/data/h200_calibration_kernels.json) is used. Errors are one line naming the file and the field."""
@@ -32,9 +32,9 @@ def _fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return my - b * mx, b
 
 
-# Bounds on the numbers a calibration file may hold. `python -m validation calibrate` floors every time at 1e-6 ms
-# (validation/calibrate.py, Timer.__call__); a call slower than an hour, a launch floor or sync over a second, or a
-# size past 2**48 elements is no measurement of a transformer's kernels.
+# Bounds on the numbers a calibration file may hold. `python -m validation calibrate` floors every time at
+# 1e-6 ms (validation/timing/calibrate.py, Timer.__call__); a call slower than an hour, a launch floor or sync over
+# a second, or a size past 2**48 elements is no measurement of a transformer's kernels.
 MIN_MS, MAX_MS = 1e-6, 3.6e6
 MAX_FLOOR_MS = 1000.0
 MAX_SIZE = float(1 << 48)

@@ -131,6 +131,7 @@ def test_dev_full_is_a_one_line_error_naming_the_flag():
         write_atomic("/dev/full", "x" * 100_000, "--md")
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations): the workbook
 def test_plan_xlsx_failing_keeps_the_earlier_workbook(tmp_path, monkeypatch, capsys):
     from estimator.report import xlsx
 
@@ -149,6 +150,7 @@ def test_plan_xlsx_failing_keeps_the_earlier_workbook(tmp_path, monkeypatch, cap
     assert out.read_bytes() == b"earlier workbook" and leftovers(tmp_path) == []
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations): the workbook
 def test_plan_xlsx_to_dev_full_says_what_failed(capsys):
     one_line_error(plan_cli.main([*PLAN, "--xlsx", "/dev/full"]), capsys.readouterr().err,
                    "--xlsx /dev/full: cannot write (No space left on device)")

@@ -45,6 +45,7 @@ def one_line_error(rc, err, needle):
 # --- an earlier output -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 def test_a_second_run_without_resume_keeps_the_earlier_output(tmp_path, fake_predict, capsys):  # noqa: F811
     inp = write_cases(tmp_path, [case("math", "float32", **SMALL)])
     out = tmp_path / "o.csv"
@@ -119,6 +120,7 @@ def slow_first_call(call, device, repeats):  # module level: the watchdog's chil
     return {"status": "ok", "measured_peak_extra_bytes": 1}
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 def test_the_childs_warm_up_is_not_the_first_cases_time():
     worker = runner.CaseWorker("cpu", measure_ref="tests.test_validation_safety:slow_first_call")
     try:
@@ -128,6 +130,7 @@ def test_the_childs_warm_up_is_not_the_first_cases_time():
         worker.stop()
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 def test_sigterm_keeps_the_finished_rows_and_exits_cleanly(tmp_path):
     rows = cases(400)
     inp = tmp_path / "in.csv"

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
-import json
 import os
 import sys
 import time
@@ -21,7 +20,7 @@ import time
 import torch
 
 from estimator.call.config import AttentionCall
-from estimator.files import atomic_output, write_atomic, write_error
+from estimator.files import atomic_output, strict_json, write_atomic, write_error
 from estimator.textfile import MAX_TABLE_BYTES, read_bytes_limited
 from estimator.units import MIB
 from validation.call.protocol import environment, measure
@@ -199,7 +198,7 @@ def write_meta(out_path: str, options: RunOptions, argv: list[str], counts: dict
     if note:
         meta["note"] = note
     path = f"{out_path}.meta.json"
-    write_atomic(path, json.dumps(meta, indent=1), "--out (meta)")
+    write_atomic(path, strict_json(meta, "--out (meta)", indent=1), "--out (meta)")
     return path
 
 

@@ -7,11 +7,11 @@ Bad input is one line on stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from estimator.call.config import MASKS, check_positive_int
 from estimator.cli.plan import add_plan_arguments, image_request, inputs_from_args
+from estimator.files import strict_json
 
 
 class _Parser(argparse.ArgumentParser):
@@ -74,10 +74,13 @@ def main(argv: list[str] | None = None) -> int:
             text = "--cached-len:" + text.removeprefix("cached_len:")
         print(f"error: {text}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps({"advice": [a.to_dict() for a in items]}, indent=2))
-    else:
-        print(format_advice(items))
+    try:
+        text = (strict_json({"advice": [a.to_dict() for a in items]}, "advise", indent=2) if args.json
+                else format_advice(items))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(text)
     return 0
 
 

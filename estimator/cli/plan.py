@@ -7,7 +7,6 @@ The advisor CLI reuses `add_plan_arguments` and `inputs_from_args`.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import replace
 from functools import partial
@@ -21,6 +20,7 @@ from estimator.cli.vision_args import (
     text_only_note,
     vision_request,
 )
+from estimator.files import refuse_same_file, strict_json
 from estimator.hardware import CATALOG
 from estimator.model.budget import Plan
 from estimator.model.hf_config import from_hf_config
@@ -253,18 +253,17 @@ def main(argv: list[str] | None = None) -> int:
             from estimator.model.trace import load_trace, trace_report
 
             result["trace"] = trace_report(inputs, load_trace(args.trace))
+        text = strict_json(result, "plan", indent=2) if args.json else format_table(plan, result)
         if args.xlsx:
             from estimator.advice.plan_rules import advise
             from estimator.report.xlsx import write_plan_xlsx
 
+            refuse_same_file(args.xlsx, (args.config, args.trace, args.calibration), "--xlsx")
             write_plan_xlsx(args.xlsx, plan, advise(inputs))
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(format_table(plan, result))
+    print(text)
     return 0
 
 

@@ -26,6 +26,9 @@ from estimator.model.specs import KV_LAYOUTS, ModelSpec
 MODES = ("inference", "training")
 CHECKPOINTING = ("none", "selective", "full", "hf")
 LOGITS = ("last", "all")
+# The smallest --gemm-efficiency / --hbm-efficiency taken: 1 % of the datasheet peak. Below it a plan's times are no
+# estimate of a working GPU (and 1e-308 priced every GEMM at Infinity ms).
+MIN_EFFICIENCY = 0.01
 KV_ALIASES = {"fp8": "float8", "e4m3": "float8", "e5m2": "float8", "float8_e4m3fn": "float8",
               "float8_e5m2": "float8", "q8": "int8", "q4": "int4"}
 
@@ -120,9 +123,10 @@ class PlanInputs:
         object.__setattr__(self, "ep", check_positive_int("ep", self.ep, 1 << 14))
         object.__setattr__(self, "gpus_per_node", check_positive_int("gpus_per_node", self.gpus_per_node, 1024))
         for name in ("gemm_efficiency", "hbm_efficiency"):
-            value = optional_float(name, getattr(self, name), "a number in (0, 1]")
-            if value is not None and not 0 < value <= 1:
-                raise ValueError(f"{name}: expected a fraction of the datasheet peak in (0, 1], got {value!r}")
+            value = optional_float(name, getattr(self, name), f"a number in [{MIN_EFFICIENCY:g}, 1]")
+            if value is not None and not MIN_EFFICIENCY <= value <= 1:  # also NaN; 1e-308 would price in Infinity
+                raise ValueError(f"{name}: expected a fraction of the datasheet peak in [{MIN_EFFICIENCY:g}, 1], "
+                                 f"got {value!r}")
             object.__setattr__(self, name, value)
         if self.calibration is not None:
             object.__setattr__(self, "calibration", str(self.calibration))

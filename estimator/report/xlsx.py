@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from estimator.call import registry
+from estimator.files import write_atomic
 from estimator.report.cells import RESULT_KEYS, Named, _component_form, _env, _eval, closed_forms, input_cells, slug
 from estimator.report.grid import _complete, batch_grid, effective_batch, n_grid
 from estimator.units import GIB
@@ -356,6 +357,5 @@ def write_plan_xlsx(path: str, plan: Plan, advice: Sequence = ()) -> None:
     top = min(MAX_SEQ_LEN, max(4 * inputs.seq_len, 1 << 17))
     ns = sorted({1 << k for k in range(8, top.bit_length())} | {inputs.seq_len})
     data = plan_xlsx(plan, sweep_rows(inputs, ns), advice)
-    with open(path, "wb") as out:
-        out.write(data)
+    write_atomic(path, data, "--xlsx")  # a temporary file renamed when whole: a failed write leaves no stub
 

@@ -92,7 +92,8 @@ def write_csv(rows: list[dict], path) -> None:
     import csv
     if not rows:
         raise ValueError("grid: no cases to write")
-    with open(path, "w", newline="") as fh:
+    from estimator.files import atomic_output
+    with atomic_output(path, "--out", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)

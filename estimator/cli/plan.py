@@ -212,7 +212,7 @@ def _print_vision(request, args) -> int:
     plan = vision_plan(request)
     if args.xlsx or args.trace or args.smallest_gpu:
         raise ValueError("--xlsx: the workbook, --trace and --smallest-gpu are not built for image models yet")
-    print(json.dumps(plan.to_dict(), indent=2) if args.json else format_vision_table(plan))
+    print(strict_json(plan.to_dict(), "plan", indent=2) if args.json else format_vision_table(plan))
     return 0
 
 

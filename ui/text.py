@@ -31,6 +31,14 @@ def html_text(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
+def chart_text(text: object) -> str:
+    """Text for a Plotly label, legend entry, title or hover template, shown literally: Plotly renders a subset of
+    HTML in them (<a href>, <b>, <br>, <span style>) and decodes entities after it has split the tags, so `<`, `>`,
+    `&` and quotes become entities; `%` becomes &#37; so that a hover template does not read `%{...}` in it as a
+    field (plotly.js src/lib/svg_text_utils.js and hovertemplateString)."""
+    return html_text(text).replace("%", "&#37;")
+
+
 def one_line(exc: BaseException | str) -> str:
     """An error's first line, or its type when it has no message."""
     text = str(exc).strip()

@@ -113,3 +113,23 @@ def validation_table(data: bytes, gpu_name: str | None, torch_version: str | Non
     if len(_RESULTS) > 8:
         _RESULTS.popitem(last=False)
     return answer
+
+
+_TRACES: OrderedDict = OrderedDict()
+
+
+def trace(data: bytes, source: str):
+    """`estimator.model.trace.parse_trace` of an uploaded trace, memoised on the file's SHA-256 (a re-run of the
+    page does not parse the file again). ValueError when it is not a trace."""
+    import hashlib
+
+    from estimator.model.trace import parse_trace
+
+    key = (hashlib.sha256(data).hexdigest(), source)
+    if key in _TRACES:
+        _TRACES.move_to_end(key)
+        return _TRACES[key]
+    answer = _TRACES[key] = parse_trace(data, source)
+    if len(_TRACES) > 16:
+        _TRACES.popitem(last=False)
+    return answer

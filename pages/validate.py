@@ -101,10 +101,13 @@ wanted = None if override == "from the data" else override
 if uploaded is not None:
     try:
         data = uploads.read_bytes(uploaded, uploads.CSV_MAX_BYTES, "validation CSV")
-        table, compare_gpu, torch_version, said, data_gpu = cached.validation_table(data, wanted)
+        with st.spinner("Comparing the file with the prediction (once per file)..."):
+            table, compare_gpu, torch_version, said, data_gpu, notes = cached.validation_table(data, wanted)
     except ValueError as exc:
         st.error(md(f"Cannot use this file: {one_line(exc)}"))
         st.stop()  # the previous file's result is not shown
+    for note in notes:
+        st.warning(md(note))
     st.caption(md(f"The data says: {said}" + (f" (catalog: {data_gpu})" if data_gpu else
                                                " (no catalog GPU matches it)") + "."))
 else:
@@ -114,7 +117,8 @@ else:
     compare_gpu = wanted or st.session_state.get("validate_result_gpu") or inputs.gpu
     torch_version = None
     table = gpu.compare(result, get_gpu(compare_gpu), estimate=cached.estimate)
-shown = [c for c in ("id", "backend", "ran_backend", "predicted_backend", "status", "q_len", "kv_len", "mode",
+shown = [c for c in ("csv_line", "id", "backend", "ran_backend", "predicted_backend", "status", "q_len", "kv_len",
+                     "mode",
                      "measured_peak_extra_bytes", "peak_extra_bytes", "relative_error", "within_tolerance",
                      "predicted_peak_extra_bytes",
                      "rel_err_peak", "peak_within_tol", "measured_time_ms", "n_kernels", "device_name", "error")

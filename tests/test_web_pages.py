@@ -177,10 +177,12 @@ def test_a_bad_byte_or_row_in_a_validation_csv_costs_that_row(monkeypatch):
 
 
 def test_a_heavy_validation_csv_is_bounded_in_rows(monkeypatch):
-    """A 5 MiB result with ~30,000 distinct calls: the page predicts at most MAX_ROWS of them and says so."""
+    """A ~3 MiB result with 30,000 distinct calls: the page reads at most MAX_RESULT_ROWS of them (lowered here to
+    keep the test short; still over INLINE_ROWS, so the worker process compares them) and says so."""
     import ui.gpu
-    from ui import cached
+    from ui import cached, result_csv
     monkeypatch.setattr(ui.gpu, "cuda_status", lambda: None)
+    monkeypatch.setattr(result_csv, "MAX_RESULT_ROWS", cached.INLINE_ROWS + 20)
     rows = [{**VALID_ROW, "id": f"r{i}", "q_len": 1024 + i, "kv_len": 1024 + i} for i in range(30_000)]
     data = pd.DataFrame(rows).to_csv(index=False).encode()
     assert len(data) < 5 << 20
@@ -189,5 +191,17 @@ def test_a_heavy_validation_csv_is_bounded_in_rows(monkeypatch):
     at.run()
     assert not at.exception and not at.error, texts(at.error)
     table = next(d.value for d in at.dataframe if "relative_error" in d.value.columns)
-    assert len(table) == cached.MAX_RESULT_ROWS < 30_000
-    assert any(f"first {cached.MAX_RESULT_ROWS:,}" in w for w in texts(at.warning)), texts(at.warning)
+    assert len(table) == result_csv.MAX_RESULT_ROWS < 30_000
+    assert any(f"first {result_csv.MAX_RESULT_ROWS:,}" in w for w in texts(at.warning)), texts(at.warning)
+
+
+def test_the_worker_is_stopped_at_its_time_limit_and_frees_the_slot():
+    import time
+
+    from ui import offload
+
+    with pytest.raises(ValueError, match="took more than 1 s and was stopped"):
+        offload.run(time.sleep, 3600, timeout_s=1)  # returns only because the worker is killed, not waited for
+    assert offload.run(divmod, 7, 2, timeout_s=60) == (3, 1)  # the slot is free again
+    with pytest.raises(ValueError, match="integer division or modulo by zero"):
+        offload.run(divmod, 1, 0, timeout_s=60)

@@ -241,26 +241,10 @@ def data_gpu(measured: pd.DataFrame) -> tuple[str | None, str | None, str]:
     return name, modelled, said
 
 
-def read_result_csv(data: bytes) -> pd.DataFrame:
-    """A validation result CSV; ValueError (one line) when it is not one or has no usable row."""
-    import io
-
-    try:
-        frame = pd.read_csv(io.BytesIO(data))
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError, OverflowError) as exc:
-        raise ValueError(f"cannot read this CSV: {(str(exc).splitlines() or [type(exc).__name__])[0]}") from None
-    missing = [c for c in ("measured_peak_extra_bytes", *CALL_COLUMNS) if c not in frame.columns
-               and c not in ("mask", "dropout", "causal")]
-    if missing:
-        raise ValueError(f"not a validation CSV: missing columns {', '.join(missing)}")
-    measured = pd.to_numeric(frame["measured_peak_extra_bytes"], errors="coerce")
-    if frame.empty or not measured.notna().any():
-        raise ValueError("no row has a numeric measured_peak_extra_bytes")
-    return frame
-
-
-def compare(measured: pd.DataFrame, gpu: GPU, torch_version: str | None = None, estimate=None) -> pd.DataFrame:
-    """Measured rows beside the estimator's prediction for each (predicted peak, relative error, backend)."""
+def compare(measured: pd.DataFrame, gpu: GPU, torch_version: str | None = None, estimate=None,
+            should_stop: Callable[[], bool] = lambda: False) -> pd.DataFrame:
+    """Measured rows beside the estimator's prediction for each (predicted peak, relative error, backend). Once
+    `should_stop()` (a time budget) the remaining rows are kept with an `error` saying they were not predicted."""
     from estimator.call.attention import estimate_call
     from estimator.call.backends import DEFAULT_TORCH
     from validation.schema import tolerance_bytes
@@ -271,6 +255,10 @@ def compare(measured: pd.DataFrame, gpu: GPU, torch_version: str | None = None, 
     rows = []
     for row in measured.to_dict("records"):
         out = dict(row)
+        if should_stop():
+            out["error"] = "not predicted: the page's time budget for one file ran out"
+            rows.append(out)
+            continue
         try:
             call = AttentionCall(**{k: row[k] for k in CALL_COLUMNS if k in row and pd.notna(row[k]) and row[k] != ""})
         except (ValueError, TypeError, OverflowError) as exc:

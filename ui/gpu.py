@@ -262,7 +262,8 @@ def compare(measured: pd.DataFrame, gpu: GPU, torch_version: str | None = None, 
         try:
             call = AttentionCall(**{k: row[k] for k in CALL_COLUMNS if k in row and pd.notna(row[k]) and row[k] != ""})
         except (ValueError, TypeError, OverflowError) as exc:
-            out["error"] = (str(exc).splitlines() or [type(exc).__name__])[0]
+            text = (str(exc).splitlines() or [type(exc).__name__])[0]
+            out["error"] = text if len(text) <= 200 else text[:197] + "..."  # a 5,000-digit cell echoed
             rows.append(out)
             continue
         est = estimate(call, gpu, torch_version)

@@ -7,7 +7,6 @@ import csv
 import streamlit as st
 
 from estimator.hardware import get_gpu
-from estimator.model.trace import trace_report
 from estimator.units import GIB
 from ui import cached, figures, state, sweeps, uploads
 from ui.text import md, one_line, plural
@@ -32,7 +31,7 @@ if uploaded is None:
 try:
     data = uploads.read_bytes(uploaded, uploads.CSV_MAX_BYTES, "trace")
     trace = cached.trace(data, f"trace {uploads.config_name(uploaded.name)}")  # parsed once per file content
-    report = trace_report(inputs, trace)
+    report = cached.trace_report(inputs, trace)
 except (ValueError, csv.Error, OverflowError, RecursionError) as exc:
     st.error(md(f"Cannot use this trace: {one_line(exc)}"))
     st.stop()  # nothing of an earlier file is shown: the page renders only this file's result

@@ -146,3 +146,12 @@ def trace(data: bytes, source: str):
     if len(_TRACES) > 16:
         _TRACES.popitem(last=False)
     return answer
+
+
+@lru_cache(maxsize=64)
+def trace_report(inputs, trace) -> dict:
+    """`estimator.model.trace.trace_report` (PlanInputs and Trace are frozen and hashable): a re-run of the trace
+    page does not solve the largest n again."""
+    from estimator.model.trace import trace_report as report
+
+    return report(inputs, trace)

@@ -82,10 +82,12 @@ def compare_bounded(frame: pd.DataFrame, gpu_name: str, torch_version: str | Non
                     budget_s: float = COMPARE_BUDGET_S) -> pd.DataFrame:
     """ui.gpu.compare of the rows, stopping after budget_s seconds of work: the rows left get an `error` saying so.
     Runs in the worker process (ui/offload.py) for a large file."""
+    from functools import lru_cache
+
+    from estimator.call.attention import estimate_call
     from estimator.hardware import get_gpu
-    from ui.cached import estimate
     from ui.gpu import compare
 
     deadline = time.monotonic() + budget_s
-    return compare(frame, get_gpu(gpu_name), torch_version, estimate=estimate,
+    return compare(frame, get_gpu(gpu_name), torch_version, estimate=lru_cache(maxsize=4096)(estimate_call),
                    should_stop=lambda: time.monotonic() > deadline)

@@ -260,8 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     phases = {}
     try:
         t0 = time.perf_counter()
+        loads = {"quiet": os.getloadavg()[0]}
         phases["quiet"] = asyncio.run(load(port, args.sessions, args.seconds))
         if args.heavy_mib:
+            loads["loaded"] = os.getloadavg()[0]
             phases["loaded"] = asyncio.run(load(port, args.sessions, args.seconds, args.heavy_mib))
         wall = time.perf_counter() - t0
     finally:
@@ -272,10 +274,11 @@ def main(argv: list[str] | None = None) -> int:
     errors = [e for phase in phases.values() for e in phase["errors"] + phase["heavy_errors"]]
     result = {"sessions": args.sessions, "seconds": round(wall, 1), **_summary(quiet["samples"]),
               "errors": len(errors), "error_examples": errors[:5], "cpus": len(os.sched_getaffinity(0)),
-              "load_average_at_end": [round(x, 2) for x in os.getloadavg()]}
+              "load_average_1min_at_start": round(loads["quiet"], 2)}
     if "loaded" in phases:
         loaded = phases["loaded"]
-        result["loaded"] = {**_summary(loaded["samples"]), "heavy_mib": args.heavy_mib,
+        result["loaded"] = {**_summary(loaded["samples"]), "load_average_1min_at_start": round(loads["loaded"], 2),
+                            "heavy_mib": args.heavy_mib,
                             "heavy_uploads": len(loaded["heavy"]), "heavy_upload_s": loaded["heavy"][:10]}
         if result["rerun_ms_median"] and result["loaded"]["rerun_ms_median"]:
             result["loaded_over_quiet"] = round(result["loaded"]["rerun_ms_median"] / result["rerun_ms_median"], 2)

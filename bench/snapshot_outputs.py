@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -49,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from estimator.model.presets import PRESETS
 
-    out: Path = args.out
+    out: Path = args.out.resolve()
+    os.chdir(ROOT)  # every path below is relative to the checkout, so two checkouts write the same bytes
     for sub in ("predict", "plan", "advise", "report"):
         (out / sub).mkdir(parents=True, exist_ok=True)
 
@@ -59,14 +61,14 @@ def main(argv: list[str] | None = None) -> int:
         call_sets = call_sets[:1]
     for path in call_sets:
         dest = out / "predict" / path.name
-        text = _run(["predict", str(path), "-o", str(dest), "--gpu", "h200"])
+        text = _run(["predict", str(path.relative_to(ROOT)), "-o", str(dest), "--gpu", "h200"])
         if text:
             (out / "predict" / f"{path.stem}.stdout").write_text(text)
 
     presets = list(PRESETS)[:4] if args.quick else list(PRESETS)
     models = [("preset", p) for p in presets]
     if not args.quick:
-        models += [("config", str(p)) for p in sorted((ROOT / "tests/data").glob("*.config.json"))]
+        models += [("config", str(p.relative_to(ROOT))) for p in sorted((ROOT / "tests/data").glob("*.config.json"))]
     for kind, name in models:
         label = name if kind == "preset" else Path(name).name.removesuffix(".config.json") + "-cfg"
         model = ["--preset", name] if kind == "preset" else ["--config", name]
@@ -89,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.quick:
         for path in sorted((ROOT / "validation/data").glob("h200_hf_*.csv")):
-            res = subprocess.run([sys.executable, "-m", "validation.model_report", str(path)], cwd=ROOT,
+            res = subprocess.run([sys.executable, "-m", "validation.model_report", str(path.relative_to(ROOT))], cwd=ROOT,
                                  capture_output=True, text=True, timeout=600)
             (out / "report" / f"{path.stem}.txt").write_text(res.stdout + (f"\n[exit {res.returncode}]"
                                                                            if res.returncode else ""))

@@ -6,10 +6,13 @@ MIB = 2**20
 GIB = 2**30
 
 
-def gib(n_bytes: int | float | None, *, missing: str = "n/a", mib_below_1gib: bool = True) -> str:
-    """Bytes as '1,234.56 GiB' text; '512.0 MiB' below 1 GiB (unless mib_below_1gib=False); `missing` for None."""
+def gib(n_bytes: int | float | None, *, missing: str = "n/a", mib_below_1gib: bool = True,
+        grouping: bool = True) -> str:
+    """Bytes as '1,234.56 GiB' text ('1234.56 GiB' with grouping=False); '512.0 MiB' below 1 GiB (unless
+    mib_below_1gib=False); `missing` for None."""
     if n_bytes is None:
         return missing
+    comma = "," if grouping else ""
     if mib_below_1gib and abs(n_bytes) < GIB:
-        return f"{n_bytes / MIB:,.1f} MiB"
-    return f"{n_bytes / GIB:,.2f} GiB"
+        return f"{n_bytes / MIB:{comma}.1f} MiB"
+    return f"{n_bytes / GIB:{comma}.2f} GiB"

@@ -23,15 +23,15 @@ gib_text = partial(gib, missing="—", mib_below_1gib=False)  # the page's style
 
 def xlsx_bytes(inputs) -> bytes:
     sweep = cached.plan_sweep(inputs, tuple(sweeps.n_grid(inputs.seq_len)))
-    return export.plan_xlsx(inputs, cached.plan(inputs).to_dict(), sweep, cached.advice(inputs), plan_fn=cached.budget)
+    return export.plan_xlsx(cached.plan(inputs), sweep, cached.advice(inputs), plan_fn=cached.budget)
 
 
 def csv_text(inputs) -> str:
-    return export.plan_csv(inputs, cached.plan(inputs).to_dict())
+    return export.plan_csv(cached.plan(inputs))
 
 
 def json_text(inputs) -> str:
-    return export.plan_json(inputs, cached.plan(inputs).to_dict(), cached.advice(inputs))
+    return export.plan_json(cached.plan(inputs), cached.advice(inputs))
 
 
 def safe_advice(inputs) -> tuple:
@@ -92,9 +92,8 @@ if config_spec is not None and TEXT_ONLY_NOTE in config_spec.source:
     st.warning("This config is a vision-language model; the plan covers its text model only: the vision tower's "
                "weights, activations and image tokens are not planned.")
 
-p = plan.to_dict()
 gpu = get_gpu(inputs.gpu)
-notes = [a for a in p["assumptions"] if a.startswith("Note:")]
+notes = [a for a in plan.assumptions if a.startswith("Note:")]
 
 # --- a plan that cannot run: the reason and the fix, no totals or times ---------------------------------------
 if not plan.supported:
@@ -119,24 +118,25 @@ if not plan.supported:
     st.stop()
 
 # --- verdict -------------------------------------------------------------------------------------------------
-headroom = p["capacity_bytes"] - p["total_bytes"]
+headroom = plan.capacity_bytes - plan.total_bytes
 where = gpu.label + (f" (× {inputs.gpus}: tp {inputs.tp}, cp {inputs.cp}, dp {inputs.dp})" if inputs.gpus > 1 else "")
 with top:
     verdict_col, notes_col = st.columns([3, 2]) if notes else (st.container(), None)
-    runs = f" Attention backend: {p['selected_backend']}."
+    runs = f" Attention backend: {plan.selected_backend}."
     if plan.fits:
-        verdict_col.success(md(f"Fits: {gib_text(p['total_bytes'])} of {gib_text(p['capacity_bytes'])} per GPU on "
+        verdict_col.success(md(f"Fits: {gib_text(plan.total_bytes)} of {gib_text(plan.capacity_bytes)} per GPU on "
                                f"the {where}; headroom {gib_text(headroom)}.{runs}"))
     else:
-        verdict_col.error(md(f"Does not fit: {gib_text(p['total_bytes'])} needed per GPU, "
-                             f"{gib_text(p['capacity_bytes'])} on the {where}; short by {gib_text(-headroom)}.{runs}"))
+        verdict_col.error(md(f"Does not fit: {gib_text(plan.total_bytes)} needed per GPU, "
+                             f"{gib_text(plan.capacity_bytes)} on the {where}; short by {gib_text(-headroom)}.{runs}"))
     for note in notes:
         notes_col.warning(md(note.removeprefix("Note: ")))
     c1, c2, c3, c4 = st.columns(4)
-    c1.metric("total per GPU", gib_text(p["total_bytes"]))
+    c1.metric("total per GPU", gib_text(plan.total_bytes))
     c2.metric("headroom", gib_text(headroom))
     max_n_slot, max_batch_slot = c3.empty(), c4.empty()  # filled at the end, when the solvers have run
 
+parts = [(c.label, c.bytes) for c in plan.components]  # the budget's rows as (label, bytes per GPU)
 VIEWS = ("Budget", "Charts", "Advice", "Export")
 budget_tab, charts_tab, advice_tab, export_tab = st.tabs(VIEWS, key="plan_view", on_change="rerun")
 # Only the open tab runs (lazy tabs): the first render and a re-run after a submit skip the charts' sweep.
@@ -144,10 +144,10 @@ budget_tab, charts_tab, advice_tab, export_tab = st.tabs(VIEWS, key="plan_view",
 # --- budget --------------------------------------------------------------------------------------------------
 if budget_tab.open:
     with budget_tab:
-        st.table(sweeps.budget_text(sweeps.budget_table(plan.components, p["total_bytes"])).set_index("component"))
-        st.caption(f"Textbook score matrix (b·h·L·S·element): {gib_text(p['textbook_scores_bytes'])}; what the "
-                   f"chosen backend materialises: {gib_text(p['attention_scores_bytes'])}. KV cache per token: "
-                   f"{p['kv_cache_bytes_per_token']:,} bytes.")
+        st.table(sweeps.budget_text(sweeps.budget_table(parts, plan.total_bytes)).set_index("component"))
+        st.caption(f"Textbook score matrix (b·h·L·S·element): {gib_text(plan.textbook_scores_bytes)}; what the "
+                   f"chosen backend materialises: {gib_text(plan.attention_scores_bytes)}. KV cache per token: "
+                   f"{plan.kv_cache_bytes_per_token:,} bytes.")
         st.subheader("Attention backend")
         from estimator.model.inputs import attention_call  # the layer's call, as the advisor prices it
 
@@ -157,35 +157,35 @@ if budget_tab.open:
                     f"{call.head_dim}), k/v ({call.batch}, {call.kv_heads}, {call.kv_len}, {call.head_dim})**, "
                     f"{call.dtype}, {'causal, ' if call.causal else ''}{call.mode}. "
                     + ("It runs the hand-written **eager** path." if inputs.backend == "eager"
-                       else f"PyTorch {inputs.torch_version} will run **{p['selected_backend']}**."))
+                       else f"PyTorch {inputs.torch_version} will run **{plan.selected_backend}**."))
         st.table(sweeps.backend_text(backends))
         st.subheader("FLOPs and time")
         t1, t2, t3, t4 = st.columns(4)
-        t1.metric("prefill FLOPs", f"{p['prefill_flops']:.3e}")
-        t2.metric("prefill time", duration(p["prefill_time_ms"]))
+        t1.metric("prefill FLOPs", f"{plan.prefill_flops:.3e}")
+        t2.metric("prefill time", duration(plan.prefill_time_ms))
         if inputs.mode == "training":
-            t3.metric("training step FLOPs", f"{p['training_step_flops']:.3e}")
-            t4.metric("training step time", duration(p["step_time_ms"]))
+            t3.metric("training step FLOPs", f"{plan.training_step_flops:.3e}")
+            t4.metric("training step time", duration(plan.step_time_ms))
         else:
-            t3.metric("decode FLOPs per token", "—" if p["decode_flops_per_token"] is None
-                      else f"{p['decode_flops_per_token']:.3e}")
-            t4.metric("decode time per token", duration(p["decode_time_ms_per_token"]))
+            t3.metric("decode FLOPs per token", "—" if plan.decode_flops_per_token is None
+                      else f"{plan.decode_flops_per_token:.3e}")
+            t4.metric("decode time per token", duration(plan.decode_time_ms_per_token))
         with st.expander("Assumptions behind these numbers"):
-            st.markdown("\n".join(f"- {md(a)}" for a in p["assumptions"]) or "none listed")
-            st.json(p["inputs"], expanded=False)
+            st.markdown("\n".join(f"- {md(a)}" for a in plan.assumptions) or "none listed")
+            st.json(plan.echoed_inputs(), expanded=False)
 
 # --- charts --------------------------------------------------------------------------------------------------
 if charts_tab.open:
     with charts_tab:
         sweep = cached.plan_sweep(inputs, tuple(sweeps.n_grid(inputs.seq_len)))
-        st.plotly_chart(figures.memory_vs_n(sweep, capacity_bytes=p["capacity_bytes"], capacity_label=gpu.name,
+        st.plotly_chart(figures.memory_vs_n(sweep, capacity_bytes=plan.capacity_bytes, capacity_label=gpu.name,
                                             title="Total per GPU against n, each backend forced",
                                             current_n=inputs.seq_len), key="memory_chart")
         left, right = st.columns(2)
-        left.plotly_chart(figures.budget_breakdown(plan.components, capacity_bytes=p["capacity_bytes"],
+        left.plotly_chart(figures.budget_breakdown(parts, capacity_bytes=plan.capacity_bytes,
                                                    capacity_label=gpu.name), key="budget_chart")
         right.plotly_chart(figures.shares(
-            {"attention": p["attention_share"], "FFN": p["ffn_share"], "embedding": p["embedding_share"]},
+            {"attention": plan.attention_share, "FFN": plan.ffn_share, "embedding": plan.embedding_share},
             title=f"Share of the {'training step' if inputs.mode == 'training' else 'prefill'} time"),
             key="shares_chart")
         right.caption("Attention = q/k/v/o projections + the attention core; 'other' = norms and residual adds.")

@@ -21,6 +21,7 @@ from estimator.call.attention import estimate_call
 from estimator.call.backends import DEFAULT_TORCH
 from estimator.call.config import DTYPE_BITS, KV_DTYPE_BITS
 from estimator.hardware import get_gpu
+from estimator.model.budget import Component, Plan
 from estimator.model.inputs import attention_call
 from estimator.model.plan import make_plan
 
@@ -76,7 +77,7 @@ def fake_estimate(call, gpu, torch_version=DEFAULT_TORCH):
 
 
 def fake_make_plan(inputs, solve=True):
-    """Weights, KV cache, activations and the attention peak of one layer, on the fake estimator."""
+    """A `Plan` of weights, KV cache, activations and the attention peak of one layer, on the fake estimator."""
     from estimator.model.inputs import attention_call
 
     gpu, m = get_gpu(inputs.gpu), inputs.model
@@ -100,16 +101,24 @@ def fake_make_plan(inputs, solve=True):
     prefill = attn_time + other_ms
     step = prefill * (3 + (inputs.checkpointing != "none"))
     decode = (weights + kv) / gpu.hbm_bytes_per_s * 1e3 if m.kind == "decoder" else None
-    d = dict(supported=est.supported, params=params, weights_bytes=weights, kv_cache_bytes=kv,
-             kv_cache_bytes_per_token=kv_tok,
-             kv_cache_bytes_per_sequence=kv_tok * kv_len, attention_scores_bytes=est.scores_bytes,
-             activation_bytes=act, gradient_bytes=grads, optimizer_bytes=optim, total_bytes=total,
-             capacity_bytes=gpu.memory_bytes, fits=total <= gpu.memory_bytes, max_seq_len=None, max_batch=None,
-             prefill_flops=0, decode_flops_per_token=0, prefill_time_ms=prefill, step_time_ms=step,
-             decode_time_ms_per_token=decode, attention_share=attn_time / prefill,
-             ffn_share=other_ms / prefill, embedding_share=0.0, selected_backend=est.selected_backend,
-             activation_detail={"ffn": act // 2, "attention": act // 2} if act else {})
-    return SimpleNamespace(to_dict=lambda: dict(d), inputs=inputs)
+    components = (Component(key="weights", label="weights", bytes=weights),
+                  *((Component(key="gradients", label="gradients", bytes=grads),
+                     Component(key="optimizer_state", label="optimizer state", bytes=optim)) if training else
+                    (Component(key="kv_cache", label="kv cache", bytes=kv),)),
+                  Component(key="activations", label="activations", bytes=act + attn))
+    return Plan(inputs=inputs, supported=est.supported, verdict="", selected_backend=est.selected_backend,
+                params=params, params_per_gpu=params // inputs.tp, weights_bytes=weights, kv_cache_bytes=kv,
+                kv_cache_bytes_per_token=kv_tok, kv_cache_bytes_per_sequence=kv_tok * kv_len,
+                attention_scores_bytes=est.scores_bytes, textbook_scores_bytes=est.scores_bytes,
+                activation_bytes=act, gradient_bytes=grads, optimizer_bytes=optim, workspace_bytes=0,
+                total_bytes=total, capacity_bytes=gpu.memory_bytes, allocator_reserve_bytes=0,
+                fits=total <= gpu.memory_bytes, prefill_flops=0, prefill_executed_flops=0, training_step_flops=0,
+                decode_flops_per_token=0, prefill_time_ms=prefill, step_time_ms=step,
+                decode_time_ms_per_token=decode, decode_first_pass_ms_per_token=None, prefill_tokens_per_s=0.0,
+                decode_tokens_per_s=None, attention_share=attn_time / prefill, ffn_share=other_ms / prefill,
+                expert_ffn_share=0.0, embedding_share=0.0, other_share=0.0, flops_shares={},
+                components=components,
+                activation_detail={"ffn": act // 2, "attention": act // 2} if act else {}, assumptions=())
 
 
 def fake_inputs(**kw):

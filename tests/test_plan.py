@@ -9,6 +9,7 @@ import pytest
 
 from estimator.call.attention import CUBLAS_WORKSPACE_BYTES
 from estimator.hardware import get_gpu
+from estimator.model.budget import Component
 from estimator.model.budget import budget as plan_budget
 from estimator.model.inputs import PlanInputs
 from estimator.model.plan import make_plan
@@ -107,8 +108,10 @@ def test_training_state_mixed_precision_adamw():
 @pytest.mark.parametrize("mode", ["inference", "training"])
 def test_total_is_the_sum_of_components(mode):
     plan = budget("mistral-7b", mode=mode, seq_len=8192, batch=2)
-    assert plan.total_bytes == sum(size for _, size in plan.components)
-    assert all(isinstance(size, int) for _, size in plan.components)
+    assert plan.total_bytes == sum(c.bytes for c in plan.components)
+    assert all(isinstance(c.bytes, int) for c in plan.components)
+    keys = [c.key for c in plan.components]
+    assert len(set(keys)) == len(keys) and plan.component_bytes("weights") == plan.weights_bytes
     assert plan.capacity_bytes == get_gpu("h200").memory_bytes
     assert plan.fits == (plan.total_bytes <= plan.capacity_bytes)
 
@@ -504,9 +507,23 @@ def test_gradients_are_allocated_during_backward_unless_persistent():
     kept = budget("llama-2-7b", persistent_grads=True, **base)
     accumulating = budget("llama-2-7b", batch=2, micro_batch=1, **base)
     assert fresh.gradient_bytes == kept.gradient_bytes == 2 * get_preset("llama-2-7b").params
-    live = dict(fresh.components).get("gradients (allocated at the peak)")
-    assert live is not None and live < fresh.gradient_bytes
-    assert dict(kept.components)["gradients"] == kept.gradient_bytes
-    assert dict(accumulating.components)["gradients"] == accumulating.gradient_bytes
+    labels = {c.key: c.label for c in fresh.components}
+    assert labels["gradients"] == "gradients (allocated at the peak)"
+    live = fresh.component_bytes("gradients")
+    assert live < fresh.gradient_bytes
+    assert {c.key: c.label for c in kept.components}["gradients"] == "gradients"
+    assert kept.component_bytes("gradients") == kept.gradient_bytes
+    assert accumulating.component_bytes("gradients") == accumulating.gradient_bytes
     assert fresh.total_bytes < kept.total_bytes
     assert any(k.startswith("peak_phase_") for k in fresh.activation_detail)
+
+
+def test_a_budget_component_needs_a_known_key_and_int_bytes():
+    assert Component(key="kv_cache", label="kv cache", bytes=0).bytes == 0
+    with pytest.raises(ValueError, match="^key: unknown budget component 'scores'"):
+        Component(key="scores", label="scores", bytes=1)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="^bytes: "):
+            Component(key="weights", label="weights", bytes=bad)
+    with pytest.raises(ValueError, match="^key: "):
+        plan_budget(PlanInputs(model=get_preset("llama-2-7b"), seq_len=1024)).component_bytes("optimizer temporaries")

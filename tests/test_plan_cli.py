@@ -139,3 +139,12 @@ def test_vit_document_case_runs_out_on_math_but_not_on_a_fused_kernel(capsys):
     fused = run_json(capsys, *argv)
     assert not math["fits"] and math["attention_scores_bytes"] > 0
     assert fused["attention_scores_bytes"] == 0 and fused["total_bytes"] < math["total_bytes"] / 5
+
+
+def test_flag_defaults_are_the_plan_inputs_defaults():
+    """Every PlanInputs default has one home: the parser's defaults are PlanInputs' own."""
+    from estimator.cli.plan import build_parser
+    from estimator.model.inputs import PLAN_INPUT_DEFAULTS
+
+    args = vars(build_parser().parse_args([]))
+    assert {name: args[name] for name in PLAN_INPUT_DEFAULTS} == PLAN_INPUT_DEFAULTS

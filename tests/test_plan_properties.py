@@ -31,7 +31,7 @@ def plans(draw):
 @given(plans())
 def test_total_is_sum_and_fits_is_consistent(inputs):
     plan = budget(inputs)
-    assert plan.total_bytes == sum(size for _, size in plan.components)
+    assert plan.total_bytes == sum(c.bytes for c in plan.components)
     # fits keeps the step's largest single block free on top of the peak (the allocator reserve)
     assert plan.fits == (plan.supported and plan.total_bytes + plan.allocator_reserve_bytes <= plan.capacity_bytes)
     assert plan.allocator_reserve_bytes >= 0

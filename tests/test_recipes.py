@@ -83,10 +83,10 @@ def test_autocast_keeps_16_bit_weight_copies_and_fp32_residuals():
 
 def test_peak_is_the_optimizer_step_when_activations_are_small():
     plan = budget(training("bf16-mixed", seq_len=256))
-    parts = dict(plan.components)
+    parts = {c.label: c.bytes for c in plan.components}
     assert "peak_phase_optimizer_step" in plan.activation_detail
-    assert parts["optimizer step temporaries"] == 4 * plan.params
-    assert parts["activations (freed before the optimizer step)"] == 0
+    assert parts["optimizer step temporaries"] == plan.component_bytes("optimizer_step") == 4 * plan.params
+    assert parts["activations (freed before the optimizer step)"] == plan.component_bytes("activations") == 0
     assert plan.total_bytes == sum(parts.values())
     fused = budget(training("bf16-mixed", "adamw-fused", seq_len=256))
     # fused AdamW has no temporaries: the peak moves to the backward, at most 4 bytes per parameter lower

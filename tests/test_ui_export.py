@@ -36,10 +36,11 @@ def make_inputs(model, **kw) -> PlanInputs:
 
 
 def workbook(inputs):
-    plan = make_plan(inputs).to_dict()
+    typed = make_plan(inputs)
     sweep = sweeps.plan_sweep(inputs, [1024, inputs.seq_len, 65536])
-    data = export.plan_xlsx(inputs, plan, sweep, ())
-    return plan, openpyxl.load_workbook(io.BytesIO(data)), openpyxl.load_workbook(io.BytesIO(data), data_only=True)
+    data = export.plan_xlsx(typed, sweep, ())
+    return (typed.to_dict(), openpyxl.load_workbook(io.BytesIO(data)),
+            openpyxl.load_workbook(io.BytesIO(data), data_only=True))
 
 
 FUNCS = {"MIN": min, "MAX": max, "INT": math.floor, "CEILING": lambda x, s: math.ceil(x / s) * s}
@@ -139,13 +140,14 @@ def test_sweep_sheet_has_backend_totals_and_live_kv_formula():
 
 def test_csv_and_json_carry_the_profile_template_and_plan():
     inputs = make_inputs(**CASES["llama-3-8b serve 8k"])
-    plan = make_plan(inputs).to_dict()
-    rows = list(csv.reader(io.StringIO(export.plan_csv(inputs, plan))))
+    typed = make_plan(inputs)
+    plan = typed.to_dict()
+    rows = list(csv.reader(io.StringIO(export.plan_csv(typed))))
     template = {k: v for s, k, v in rows[1:] if s == "profile_template"}
     assert template == {"n": "8192", "batch": "1", "dtype": "bfloat16", "backend": "auto", "gpu": "h200",
                         "gpus": "1", "mode": "inference", "kv_dtype": "bfloat16"}
     assert ["plan", "total_bytes", str(plan["total_bytes"])] in rows
-    doc = json.loads(export.plan_json(inputs, plan))
+    doc = json.loads(export.plan_json(typed))
     assert doc["profile_template"]["n"] == 8192 and doc["total_bytes"] == plan["total_bytes"]
     assert doc["components"] == plan["components"]
 
@@ -226,14 +228,14 @@ def test_formula_injection_is_text_in_the_workbook_and_neutralised_in_csv():
 
     spec = dataclasses.replace(get_preset("llama-3-8b"), name="=1+2+cmd|' /C calc'!A0")
     inputs = PlanInputs(model=spec, seq_len=4096, gpu="h200")
-    plan = make_plan(inputs).to_dict()
-    wb = openpyxl.load_workbook(io.BytesIO(export.plan_xlsx(inputs, plan, None, ())))
+    plan = make_plan(inputs)
+    wb = openpyxl.load_workbook(io.BytesIO(export.plan_xlsx(plan, None, ())))
     for ws in wb.worksheets:
         for row in ws.iter_rows():
             for cell in row:
                 if isinstance(cell.value, str) and "cmd|" in cell.value:
                     assert cell.data_type == "s", (ws.title, cell.coordinate)
-    rows = list(csv.reader(io.StringIO(export.plan_csv(inputs, plan))))
+    rows = list(csv.reader(io.StringIO(export.plan_csv(plan))))
     assert ["model", "name", "'=1+2+cmd|' /C calc'!A0"] in rows
     assert all(not cell.startswith(("=", "+", "@")) for row in rows for cell in row)
     assert ModelSpec  # the spec type the name travels in
@@ -242,7 +244,7 @@ def test_formula_injection_is_text_in_the_workbook_and_neutralised_in_csv():
 def test_csv_reproduces_the_plan_inputs():
     inputs = make_inputs("llama-2-70b", seq_len=4096, mode="training", tp=8, cp=2, gpus=32, batch=16, zero=2,
                          checkpointing="full", precision="bf16-true", optimizer="sgd", micro_batch=2)
-    rows = list(csv.reader(io.StringIO(export.plan_csv(inputs, make_plan(inputs).to_dict()))))
+    rows = list(csv.reader(io.StringIO(export.plan_csv(make_plan(inputs)))))
     given = {k: v for s, k, v in rows if s == "input"}
     rebuilt = PlanInputs(model=get_preset("llama-2-70b"), **{k: (None if v == "" else v) for k, v in given.items()})
     assert make_plan(rebuilt, solve=False).total_bytes == make_plan(inputs, solve=False).total_bytes

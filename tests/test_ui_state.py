@@ -70,3 +70,15 @@ def test_call_round_trip_and_errors():
     assert errors == [] and back == values
     _, errors = state.call_values_from_query({"dropout": "1.5", "mask": "sparse", "head_dim": "-3"})
     assert len(errors) == 3 and "dropout" in errors[0] + errors[1] + errors[2]
+
+
+def test_form_defaults_are_the_plan_inputs_defaults_on_the_preset():
+    """The form's defaults plan exactly PlanInputs' defaults for the default preset at its context, on the GPU
+    the app opens with."""
+    from estimator.model.inputs import PlanInputs
+    from estimator.model.presets import get_preset
+
+    preset = get_preset(state.DEFAULT_PRESET)
+    assert state.plan_inputs(state.PLAN_DEFAULTS) == PlanInputs(model=preset, seq_len=preset.max_positions,
+                                                                 gpu=state.DEFAULT_GPU)
+    assert {k: state.PLAN_DEFAULTS[k] for k in state.ARCH_FIELDS} == state.arch_values(preset)

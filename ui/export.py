@@ -13,8 +13,12 @@ import csv
 import io
 import json
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from estimator.report.xlsx import plan_xlsx as _plan_xlsx
+
+if TYPE_CHECKING:
+    from estimator.model.budget import Plan
 
 PLAN_FIELDS = ("seq_len", "batch", "dtype", "kv_dtype", "mode", "checkpointing", "precision", "optimizer", "window",
                "backend", "gpu", "gpus", "tp", "cp", "zero", "micro_batch", "sequence_parallel", "persistent_grads",
@@ -44,16 +48,17 @@ def safe_file_stem(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in name)[:60].lstrip(".-") or "model"
 
 
-def plan_xlsx(inputs, plan: dict, sweep=None, advice: Sequence = (), plan_fn=None) -> bytes:
+def plan_xlsx(plan: Plan, sweep=None, advice: Sequence = (), plan_fn=None) -> bytes:
     """The budget workbook (estimator/report/xlsx.py); `sweep` a DataFrame or rows with n, backend, total_bytes."""
     rows = sweep.to_dict("records") if hasattr(sweep, "to_dict") else sweep
-    return _plan_xlsx(inputs, plan, rows, advice, plan_fn=plan_fn)
+    return _plan_xlsx(plan, rows, advice, plan_fn=plan_fn)
 
 
-def plan_json(inputs, plan: dict, advice: Sequence = ()) -> str:
+def plan_json(plan: Plan, advice: Sequence = ()) -> str:
     """The whole plan as one JSON object: profile-template fields, inputs, model, the plan's keys and advice."""
+    inputs = plan.inputs
     out = {"profile_template": profile_template(inputs), "plan_inputs": plan_inputs_fields(inputs),
-           "model": inputs.model.name, "model_fields": model_fields(inputs.model), **plan,
+           "model": inputs.model.name, "model_fields": model_fields(inputs.model), **plan.to_dict(),
            "advice": [a.to_dict() if hasattr(a, "to_dict") else dict(a) for a in advice]}
     return json.dumps(out, indent=2, default=str)
 
@@ -71,8 +76,9 @@ def safe_cell(value):
     return text
 
 
-def plan_csv(inputs, plan: dict) -> str:
+def plan_csv(plan: Plan) -> str:
     """The plan as CSV (section, key, value): profile template, every input, the model, results, components."""
+    inputs, exported = plan.inputs, plan.to_dict()
     buffer = io.StringIO()
     writer = csv.writer(buffer)
 
@@ -86,10 +92,10 @@ def plan_csv(inputs, plan: dict) -> str:
         row("input", key, "" if value is None else value)
     for key, value in model_fields(inputs.model).items():
         row("model", key, value)
-    for key, value in plan.items():
+    for key, value in exported.items():
         if isinstance(value, dict | list | tuple):
             continue
         row("plan", key, value)
-    for comp in plan["components"]:
-        row("component", comp["component"], comp["bytes"])
+    for comp in plan.components:
+        row("component", comp.label, comp.bytes)
     return buffer.getvalue()

@@ -29,16 +29,25 @@ PRECISION_CHOICES = ("auto", *PRECISIONS)  # auto: follow dtype (bfloat16 -> bf1
 MODEL_SOURCES = ("preset", "custom", "hf-config")
 CALL_MODES = ("forward", "forward_backward")
 
-# Defaults: Llama-3-8B serving an 8k prompt on one H200 (the architecture fields describe Llama-3-8B too).
-PLAN_DEFAULTS: dict = {
-    "source": "preset", "preset": "llama-3-8b",
-    "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128, "ffn": 14336, "vocab": 128256,
-    "gated_ffn": True, "tied_embeddings": False,
-    "seq_len": 8192, "batch": 1, "dtype": "bfloat16", "kv_dtype": "bfloat16", "mode": "inference",
-    "checkpointing": "none", "window": 0, "backend": "auto", "gpu": "h200", "gpus": 1, "tp": 1, "cp": 1,
-    "zero": 0, "micro_batch": 0, "sequence_parallel": False, "logits": "last", "precision": "auto",
-    "optimizer": "adamw",
-}
+# Defaults: PlanInputs' own (estimator/model/inputs.py PLAN_INPUT_DEFAULTS) in the form's encoding (0 for "none",
+# "auto" precision), for the app's first view: Llama-3-8B serving its trained context on one H200.
+DEFAULT_PRESET = "llama-3-8b"
+DEFAULT_GPU = "h200"  # the GPU the project measures on (PlanInputs defaults to h100-sxm)
+
+
+def _plan_defaults() -> dict:
+    from estimator.model.inputs import PLAN_INPUT_DEFAULTS as d
+    from estimator.model.presets import get_preset
+
+    return {"source": "preset", "preset": DEFAULT_PRESET, **arch_values(get_preset(DEFAULT_PRESET)),
+            "seq_len": default_seq_len(DEFAULT_PRESET), "batch": d["batch"], "dtype": d["dtype"],
+            "kv_dtype": d["kv_dtype"] or d["dtype"], "mode": d["mode"], "checkpointing": d["checkpointing"],
+            "window": d["window"] or 0, "backend": d["backend"], "gpu": DEFAULT_GPU,
+            "gpus": d["gpus"] or d["tp"] * d["cp"], "tp": d["tp"], "cp": d["cp"], "zero": d["zero"],
+            "micro_batch": d["micro_batch"] or 0, "sequence_parallel": d["sequence_parallel"],
+            "logits": d["logits"], "precision": d["precision"] or "auto", "optimizer": d["optimizer"]}
+
+
 ZERO_STAGES = (0, 1, 2, 3)
 ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "gated_ffn", "tied_embeddings")
 _INT_LIMITS = {"layers": 4096, "hidden": 1 << 20, "heads": 1 << 16, "kv_heads": 1 << 16, "head_dim": 1 << 16,
@@ -189,15 +198,17 @@ def plan_inputs(values: Mapping, config_spec=None):
     """PlanInputs from form values (window 0 = the model's own windows)."""
     from estimator.model.inputs import PlanInputs
 
+    def optional(key: str):  # fields older URLs and other pages may leave out
+        return values.get(key, PLAN_DEFAULTS[key])
+
     return PlanInputs(model=model_from_values(values, config_spec), seq_len=values["seq_len"], batch=values["batch"],
                       dtype=values["dtype"], kv_dtype=values["kv_dtype"], mode=values["mode"],
                       checkpointing=values["checkpointing"], window=values["window"] or None,
                       backend=values["backend"], gpu=values["gpu"], gpus=values["gpus"], tp=values["tp"],
-                      cp=values["cp"], zero=values.get("zero", 0), micro_batch=values.get("micro_batch") or None,
-                      sequence_parallel=bool(values.get("sequence_parallel", False)),
-                      logits=values.get("logits", "last"),
-                      precision=None if values.get("precision", "auto") == "auto" else values["precision"],
-                      optimizer=values.get("optimizer", "adamw"))
+                      cp=values["cp"], zero=optional("zero"), micro_batch=optional("micro_batch") or None,
+                      sequence_parallel=bool(optional("sequence_parallel")), logits=optional("logits"),
+                      precision=None if optional("precision") == "auto" else values["precision"],
+                      optimizer=optional("optimizer"))
 
 
 def default_seq_len(preset: str) -> int | None:
@@ -209,6 +220,9 @@ def default_seq_len(preset: str) -> int | None:
     if spec.kind == "encoder":
         return spec.native_tokens
     return spec.max_positions
+
+
+PLAN_DEFAULTS: dict = _plan_defaults()
 
 
 def check_form_values(values: Mapping) -> None:

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from estimator.advice.tree import ADVICE_ORDER
 from estimator.call.config import AttentionCall
 from estimator.hardware import get_gpu
 from estimator.model.inputs import attention_call
 from estimator.units import gib
+
+if TYPE_CHECKING:
+    from estimator.model.budget import Plan
 
 FUSED = ("cudnn", "flash", "efficient")
 ATTENTION_BOTTLENECK_SHARE = 0.40  # invest in attention only once a profile shows it above 40% of the forward
@@ -93,14 +97,13 @@ class _Context:
         self.training = inputs.mode == "training"
         self.sharded: dict = {}  # the tensor-parallel change, once advised: later effects are also shown with it
 
-    def plan(self, solve: bool = False, **changes) -> dict | None:
-        """`make_plan(replace(inputs, **changes), solve=solve).to_dict()`, or None when the change is not a valid
-        plan. `solve` also fills max_batch and max_seq_len (about 50 more budget evaluations)."""
+    def plan(self, solve: bool = False, **changes) -> Plan | None:
+        """`make_plan(replace(inputs, **changes), solve=solve)`, or None when the change is not a valid plan.
+        `solve` also fills max_batch and max_seq_len (about 50 more budget evaluations)."""
         key = (solve, tuple(sorted((k, repr(v)) for k, v in changes.items())))
         if key not in self._plans:
             try:
-                plan = self._make_plan(dataclasses.replace(self.inputs, **changes), solve=solve)
-                self._plans[key] = plan.to_dict()
+                self._plans[key] = self._make_plan(dataclasses.replace(self.inputs, **changes), solve=solve)
             except ValueError:
                 self._plans[key] = None
         return self._plans[key]
@@ -108,36 +111,34 @@ class _Context:
     def estimate(self, call: AttentionCall, gpu=None):
         return self._estimate(call, gpu or self.gpu, self.torch_version)
 
-    def time_ms(self, plan: dict) -> float:
+    def time_ms(self, plan: Plan) -> float:
         """The time the advice compares: one training step, or the prefill."""
-        if self.training and plan.get("step_time_ms") is not None:
-            return float(plan["step_time_ms"])
-        return float(plan["prefill_time_ms"])
+        return float(plan.step_time_ms if self.training else plan.prefill_time_ms)
 
     @property
     def time_metric(self) -> str:
-        return "step_time_ms" if self.training and "step_time_ms" in self.base else "prefill_time_ms"
+        return "step_time_ms" if self.training else "prefill_time_ms"
 
     def selected(self) -> str:
         """The backend the layer's attention runs: eager as asked, else what the estimator selects."""
         return "eager" if self.call.backend == "eager" else self.est.selected_backend
 
-    def model_state_bytes(self, plan: dict) -> int:
-        return plan["weights_bytes"] + plan["gradient_bytes"] + plan["optimizer_bytes"]
+    def model_state_bytes(self, plan: Plan) -> int:
+        return plan.weights_bytes + plan.gradient_bytes + plan.optimizer_bytes
 
 
-def _plan_advice(ctx: _Context, advice_id: str, title: str, why: str, effect: str, after: dict | None,
+def _plan_advice(ctx: _Context, advice_id: str, title: str, why: str, effect: str, after: Plan | None,
                  **changes) -> Advice:
     """An Advice whose effect is the whole plan re-run with `changes` applied (`after` = that plan)."""
     before = ctx.base
     text = effect
     if after is not None:
-        text += (f" Total per GPU {gib(before['total_bytes'])} → {gib(after['total_bytes'])} "
-                 f"({'fits' if after['fits'] else 'does not fit'} in {gib(after['capacity_bytes'])}); "
+        text += (f" Total per GPU {gib(before.total_bytes)} → {gib(after.total_bytes)} "
+                 f"({'fits' if after.fits else 'does not fit'} in {gib(after.capacity_bytes)}); "
                  f"{ctx.time_metric} {ms(ctx.time_ms(before))} → {ms(ctx.time_ms(after))}"
                  f"{_percent(ctx.time_ms(before), ctx.time_ms(after))}.")
     return Advice(id=advice_id, title=title, why=why, expected_effect=text, change=tuple(changes.items()),
-                  bytes_before=before["total_bytes"], bytes_after=None if after is None else after["total_bytes"],
+                  bytes_before=before.total_bytes, bytes_after=None if after is None else after.total_bytes,
                   time_metric=ctx.time_metric, time_ms_before=ctx.time_ms(before),
                   time_ms_after=None if after is None else ctx.time_ms(after))
 

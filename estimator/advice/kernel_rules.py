@@ -44,8 +44,8 @@ def _with_plan(ctx: _Context, advice: Advice, **changes) -> Advice:
         return advice
     what = ", ".join(f"{k}={v}" for k, v in changes.items())
     return dataclasses.replace(advice, expected_effect=advice.expected_effect + (
-        f" Whole plan with {what}: total per GPU {gib(ctx.base['total_bytes'])} → {gib(after['total_bytes'])} "
-        f"({'fits' if after['fits'] else 'does not fit'}), {ctx.time_metric} {ms(ctx.time_ms(ctx.base))} → "
+        f" Whole plan with {what}: total per GPU {gib(ctx.base.total_bytes)} → {gib(after.total_bytes)} "
+        f"({'fits' if after.fits else 'does not fit'}), {ctx.time_metric} {ms(ctx.time_ms(ctx.base))} → "
         f"{ms(ctx.time_ms(after))}."))
 
 

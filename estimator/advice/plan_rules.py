@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import TYPE_CHECKING
 
 from estimator.advice.core import (
     ATTENTION_BOTTLENECK_SHARE,
@@ -38,33 +39,36 @@ from estimator.call.backends import DEFAULT_TORCH
 from estimator.call.config import KV_DTYPE_BITS
 from estimator.units import gib
 
+if TYPE_CHECKING:
+    from estimator.model.budget import Plan
+
 # --- plan rules (the whole model on one GPU) ---------------------------------------------------------------------
 
 
 def rule_fits(ctx: _Context) -> list[Advice]:
     base = ctx.base
-    if not base["fits"]:
+    if not base.fits:
         return []
-    headroom = base["capacity_bytes"] - base["total_bytes"]
+    headroom = base.capacity_bytes - base.total_bytes
     limits = []
-    if base.get("max_batch"):
-        limits.append(f"up to batch {base['max_batch']:,}")
-    if base.get("max_seq_len"):
-        limits.append(f"up to seq_len {base['max_seq_len']:,}")
-    why = (f"Total per GPU {gib(base['total_bytes'])} of {gib(base['capacity_bytes'])} "
-           f"({base['total_bytes'] / base['capacity_bytes']:.0%}); attention runs {base['selected_backend']}.")
+    if base.max_batch:
+        limits.append(f"up to batch {base.max_batch:,}")
+    if base.max_seq_len:
+        limits.append(f"up to seq_len {base.max_seq_len:,}")
+    why = (f"Total per GPU {gib(base.total_bytes)} of {gib(base.capacity_bytes)} "
+           f"({base.total_bytes / base.capacity_bytes:.0%}); attention runs {base.selected_backend}.")
     return [Advice(id="fits", title=f"It fits, with {gib(headroom)} of headroom", why=why,
                    expected_effect=f"No change needed. Headroom {gib(headroom)}"
                                    + (f"; the estimator fits {' and '.join(limits)}." if limits else "."),
-                   bytes_before=base["total_bytes"], bytes_after=base["total_bytes"], time_metric=ctx.time_metric,
+                   bytes_before=base.total_bytes, bytes_after=base.total_bytes, time_metric=ctx.time_metric,
                    time_ms_before=ctx.time_ms(base), time_ms_after=ctx.time_ms(base))]
 
 
-def _shares(base: dict) -> str:
+def _shares(base: Plan) -> str:
     """The plan's time shares (plan_time.py `plan_times`: attention = q/k/v/o projections + core)."""
-    whole = "training step" if base.get("inputs", {}).get("mode") == "training" else "forward"
-    return (f"attention {base['attention_share']:.1%} (projections and core), FFN {base['ffn_share']:.1%}, "
-            f"embedding {base['embedding_share']:.1%} of the {whole} time")
+    whole = "training step" if base.inputs.mode == "training" else "forward"
+    return (f"attention {base.attention_share:.1%} (projections and core), FFN {base.ffn_share:.1%}, "
+            f"embedding {base.embedding_share:.1%} of the {whole} time")
 
 
 # need no profile first
@@ -77,20 +81,20 @@ def profile_first(ctx: _Context) -> Advice:
     return Advice(
         id="profile-first", title="Profile first: measure where the forward time and memory go",
         why=f"Estimated {_shares(base)}; "
-            + ("it fits" if base["fits"] else "it does not fit" if base.get("supported", True)
+            + ("it fits" if base.fits else "it does not fit" if base.supported
                else f"backend {ctx.inputs.backend} cannot run it")
             + f" and attention runs {ctx.selected()}. Profile before choosing a kernel, an architecture "
               "or a parallelism.",
         expected_effect="Confirms which advice below applies: torch.profiler (ProfilerActivity.CUDA) sorted by "
                         "cuda_time_total; at seq_len × 2, attention time should grow about 4× on the math path.",
-        bytes_before=base["total_bytes"], bytes_after=base["total_bytes"], time_metric=ctx.time_metric,
+        bytes_before=base.total_bytes, bytes_after=base.total_bytes, time_metric=ctx.time_metric,
         time_ms_before=ctx.time_ms(base), time_ms_after=ctx.time_ms(base))
 
 
 def rule_not_bottleneck(ctx: _Context) -> list[Advice]:
     base, out = ctx.base, []
-    share = base["attention_share"]
-    if share < ATTENTION_BOTTLENECK_SHARE and base.get("supported", True):
+    share = base.attention_share
+    if share < ATTENTION_BOTTLENECK_SHARE and base.supported:
         time_ms = ctx.time_ms(base)
         out.append(Advice(
             id="attention-not-bottleneck", title="Attention is not the bottleneck: look at the FFN and embedding",
@@ -98,25 +102,25 @@ def rule_not_bottleneck(ctx: _Context) -> list[Advice]:
                 "that a faster kernel is not worth the effort; reduce FFN width, use fewer FFN/embedding bytes).",
             expected_effect=f"Even an attention kernel taking no time at all would save at most {share:.1%}: "
                             f"{ctx.time_metric} {ms(time_ms)} → {ms(time_ms * (1 - share))} (upper bound).",
-            bytes_before=base["total_bytes"], bytes_after=base["total_bytes"], time_metric=ctx.time_metric,
+            bytes_before=base.total_bytes, bytes_after=base.total_bytes, time_metric=ctx.time_metric,
             time_ms_before=time_ms, time_ms_after=time_ms * (1 - share)))
     return out
 
 
-def _solved(ctx: _Context, field: str, solved_key: str, low: int, high: int) -> tuple[int | None, dict | None]:
+def _solved(ctx: _Context, field: str, solved_key: str, low: int, high: int) -> tuple[int | None, Plan | None]:
     """Largest value in [low, high] of an integer input (batch, seq_len) whose plan fits: the plan's own solver
     result (`max_batch`, `max_seq_len`) when it has one, else a bisection over re-run plans."""
-    solved = ctx.base.get(solved_key)
+    solved = getattr(ctx.base, solved_key)
     if solved is not None:
         if not low <= solved <= high:
             return None, None
         after = ctx.plan(**{field: solved})
-        return (solved, after) if after is not None and after["fits"] else (None, None)
+        return (solved, after) if after is not None and after.fits else (None, None)
     best = (None, None)
     while low <= high:
         mid = (low + high) // 2
         plan = ctx.plan(**{field: mid})
-        if plan is not None and plan["fits"]:
+        if plan is not None and plan.fits:
             best, low = (mid, plan), mid + 1
         else:
             high = mid - 1
@@ -126,23 +130,23 @@ def _solved(ctx: _Context, field: str, solved_key: str, low: int, high: int) -> 
 def rule_over_budget(ctx: _Context) -> list[Advice]:
     base, inputs = ctx.base, ctx.inputs
     out: list[Advice] = []
-    capacity = base["capacity_bytes"]
+    capacity = base.capacity_bytes
     state = ctx.model_state_bytes(base)
     dp = inputs.dp
-    if not base.get("supported", True):
+    if not base.supported:
         return []  # the forced backend cannot run: the kernel rules explain it, the totals mean nothing yet
-    if base["fits"]:
+    if base.fits:
         return _kv_rules(ctx)
-    over = base["total_bytes"] - capacity
-    why_over = f"Total per GPU {gib(base['total_bytes'])} exceeds {gib(capacity)} by {gib(over)}"
+    over = base.total_bytes - capacity
+    why_over = f"Total per GPU {gib(base.total_bytes)} exceeds {gib(capacity)} by {gib(over)}"
     best = ctx.plan(batch=dp, **({"checkpointing": "full"} if ctx.training else {}),
                     **({"backend": "auto"} if inputs.backend in ("math", "eager") else {}))
-    batch_one_over = best is not None and not best["fits"]
+    batch_one_over = best is not None and not best.fits
     if state > capacity or (batch_one_over and state > TP_STATE_SHARE * capacity):
         tp, gpus, after = _parallel_degree(ctx, "tp")
         if tp is not None:
-            parts = (f"weights {gib(base['weights_bytes'])}, gradients {gib(base['gradient_bytes'])}, optimizer "
-                     f"{gib(base['optimizer_bytes'])}" if ctx.training else f"weights {gib(base['weights_bytes'])}")
+            parts = (f"weights {gib(base.weights_bytes)}, gradients {gib(base.gradient_bytes)}, optimizer "
+                     f"{gib(base.optimizer_bytes)}" if ctx.training else f"weights {gib(base.weights_bytes)}")
             reason = ("more than one GPU: no kernel or sequence change can fix that" if state > capacity else
                       f"{state / capacity:.0%} of the GPU, and even at batch 1 it does not fit: sharding the "
                       "weights frees the most")
@@ -179,23 +183,23 @@ def _checkpointing(ctx: _Context, why_over: str) -> list[Advice]:
     levels = {k: v for k, v in levels.items() if v is not None}
     if not levels:
         return []
-    level = next((k for k, v in levels.items() if v["fits"]), list(levels)[-1])
+    level = next((k for k, v in levels.items() if v.fits), list(levels)[-1])
     saved = "; ".join(f"{k} (recompute the {'attention core' if k == 'selective' else 'whole layer, FFN too'}) "
-                      f"saves {gib(base['total_bytes'] - v['total_bytes'])}" for k, v in levels.items())
+                      f"saves {gib(base.total_bytes - v.total_bytes)}" for k, v in levels.items())
     return [_plan_advice(
         ctx, "activation-checkpointing", f"Activation checkpointing ({level})",
-        f"{why_over}; training activations are {gib(base['activation_bytes'])} per GPU. Checkpoint where the "
+        f"{why_over}; training activations are {gib(base.activation_bytes)} per GPU. Checkpoint where the "
         f"activations are: {saved}. The usual rule of thumb is 20–30% more step time; the estimate below "
         "counts the recomputation.",
         f"checkpointing {current} → {level}.", levels[level], checkpointing=level)]
 
 
-def _comm_note(plan: dict | None, kind: str) -> str:
+def _comm_note(plan: Plan | None, kind: str) -> str:
     """The communication the re-run plan priced (estimator/model/comm.py): its exposed ms and the link it runs
     over, so that the time after is never quoted without it."""
-    if not plan or not plan.get("communication"):
+    if not plan or not plan.communication:
         return ""
-    comm = plan["communication"]
+    comm = plan.communication
     link = comm.get("links", {}).get(kind)
     if link is None:
         return ""
@@ -203,7 +207,7 @@ def _comm_note(plan: dict | None, kind: str) -> str:
     return f"; the time after includes {ms(comm.get(kind + '_ms', 0.0))} of {kind} communication over {where}"
 
 
-def _parallel_degree(ctx: _Context, field: str) -> tuple[int | None, int | None, dict | None]:
+def _parallel_degree(ctx: _Context, field: str) -> tuple[int | None, int | None, Plan | None]:
     """Smallest tp (or cp) of 2, 4, 8, 16, 32, 64 × the current one whose plan fits, else the largest valid one:
     (degree, gpus, plan). The job's GPUs are reused when they divide (fewer data-parallel replicas), else
     more GPUs keep the replicas."""
@@ -216,16 +220,16 @@ def _parallel_degree(ctx: _Context, field: str) -> tuple[int | None, int | None,
         if plan is None:
             continue
         last = (degree, gpus, plan)
-        if plan["fits"]:
+        if plan.fits:
             break
     return last
 
 
-def _sequence_rules(ctx: _Context, why_over: str, best: dict) -> list[Advice]:
+def _sequence_rules(ctx: _Context, why_over: str, best: Plan) -> list[Advice]:
     """Still over budget at batch 1 (with a fused kernel and full checkpointing where they apply)."""
     inputs, out = ctx.inputs, []
     why = (f"{why_over}, and even at batch 1{' with full checkpointing' if ctx.training else ''} and a fused "
-           f"kernel it needs {gib(best['total_bytes'])}: the sequence itself is the problem (out of memory at "
+           f"kernel it needs {gib(best.total_bytes)}: the sequence itself is the problem (out of memory at "
            "batch 1 is a kernel or architecture problem).")
     windows = inputs.windows
     span = inputs.seq_len if None in windows else min(inputs.seq_len, max(windows))  # widest attention now
@@ -276,7 +280,7 @@ def _expert_parallel(ctx: _Context, why_over: str, state: int) -> list[Advice]:
         if after is None:
             continue
         choice = (ep, gpus, after)
-        if after["fits"]:
+        if after.fits:
             break
     if choice is None:
         return []
@@ -294,15 +298,15 @@ def _expert_parallel(ctx: _Context, why_over: str, state: int) -> list[Advice]:
 def _kv_rules(ctx: _Context) -> list[Advice]:
     """KV cache dominating decode (inference, decoders): quantize it; fewer KV heads for MHA models."""
     base, inputs = ctx.base, ctx.inputs
-    if ctx.training or inputs.model.kind != "decoder" or base["kv_cache_bytes"] == 0:
+    if ctx.training or inputs.model.kind != "decoder" or base.kv_cache_bytes == 0:
         return []
-    kv, weights = base["kv_cache_bytes"], base["weights_bytes"]
+    kv, weights = base.kv_cache_bytes, base.weights_bytes
     decode_share = kv / (kv + weights)
-    per_sequence = base.get("kv_cache_bytes_per_sequence") or base["kv_cache_bytes_per_token"] * inputs.seq_len
-    if decode_share < KV_DOMINATES_SHARE and per_sequence < KV_SEQUENCE_SHARE * base["capacity_bytes"]:
+    per_sequence = base.kv_cache_bytes_per_sequence or base.kv_cache_bytes_per_token * inputs.seq_len
+    if decode_share < KV_DOMINATES_SHARE and per_sequence < KV_SEQUENCE_SHARE * base.capacity_bytes:
         return []
     why = (f"KV cache {gib(kv)} per GPU ({gib(per_sequence)} per {inputs.seq_len:,}-token sequence, "
-           f"{base['kv_cache_bytes_per_token']:,} bytes per token) against weights {gib(weights)}: "
+           f"{base.kv_cache_bytes_per_token:,} bytes per token) against weights {gib(weights)}: "
            f"{decode_share:.0%} of the bytes each decode step reads, and it caps the concurrent sequences.")
     out = []
     if KV_DTYPE_BITS[inputs.kv_dtype] > 8:
@@ -340,13 +344,12 @@ def _kv_rules(ctx: _Context) -> list[Advice]:
     return out
 
 
-def _with_decode(advice: Advice, base: dict, after: dict) -> Advice:
-    if base.get("decode_time_ms_per_token") is None or after.get("decode_time_ms_per_token") is None:
+def _with_decode(advice: Advice, base: Plan, after: Plan) -> Advice:
+    if base.decode_time_ms_per_token is None or after.decode_time_ms_per_token is None:
         return advice
-    extra = (f" Decode {ms(base['decode_time_ms_per_token'])} → {ms(after['decode_time_ms_per_token'])} per token")
-    if base.get("max_batch") is not None and after.get("max_batch") is not None and (base["max_batch"]
-                                                                                       or after["max_batch"]):
-        extra += f"; concurrent sequences that fit {base['max_batch']:,} → {after['max_batch']:,}"
+    extra = (f" Decode {ms(base.decode_time_ms_per_token)} → {ms(after.decode_time_ms_per_token)} per token")
+    if base.max_batch is not None and after.max_batch is not None and (base.max_batch or after.max_batch):
+        extra += f"; concurrent sequences that fit {base.max_batch:,} → {after.max_batch:,}"
     return dataclasses.replace(advice, expected_effect=advice.expected_effect + extra + ".")
 
 
@@ -357,29 +360,29 @@ def _with_sharding(ctx: _Context, advice: Advice, **changes) -> Advice:
     sharded, both = ctx.plan(solve=True, **ctx.sharded), ctx.plan(solve=True, **ctx.sharded, **changes)
     if sharded is None or both is None:
         return advice
-    text = (f" With tp={ctx.sharded['tp']} as well: total per GPU {gib(sharded['total_bytes'])} → "
-            f"{gib(both['total_bytes'])}")
-    if sharded.get("max_batch") is not None and both.get("max_batch") is not None:
-        text += f", concurrent sequences that fit {sharded['max_batch']:,} → {both['max_batch']:,}"
+    text = (f" With tp={ctx.sharded['tp']} as well: total per GPU {gib(sharded.total_bytes)} → "
+            f"{gib(both.total_bytes)}")
+    if sharded.max_batch is not None and both.max_batch is not None:
+        text += f", concurrent sequences that fit {sharded.max_batch:,} → {both.max_batch:,}"
     return dataclasses.replace(advice, expected_effect=advice.expected_effect + text + ".")
 
 
 def rule_operate(ctx: _Context) -> list[Advice]:
     base, inputs, out = ctx.base, ctx.inputs, []
-    same = dict(bytes_before=base["total_bytes"], bytes_after=base["total_bytes"], time_metric=ctx.time_metric,
+    same = dict(bytes_before=base.total_bytes, bytes_after=base.total_bytes, time_metric=ctx.time_metric,
                 time_ms_before=ctx.time_ms(base), time_ms_after=ctx.time_ms(base))
-    if not ctx.training and inputs.model.kind == "decoder" and base.get("decode_time_ms_per_token") is not None:
+    if not ctx.training and inputs.model.kind == "decoder" and base.decode_time_ms_per_token is not None:
         out.append(Advice(
             id="split-prefill-decode", title="Measure prefill and decode separately; hold the SLA on P99 decode",
             why="Prefill is compute-bound and O(n²) in attention; decode is bandwidth-bound and reads the weights "
                 "and the whole KV cache per token (the serving SLA is P99 decode latency, not a prefill "
                 "benchmark; a training step time is neither).",
-            expected_effect=f"Estimated prefill {ms(base['prefill_time_ms'])} for {inputs.batch:,} × "
-                            f"{inputs.seq_len:,} tokens; decode {ms(base['decode_time_ms_per_token'])} per token "
+            expected_effect=f"Estimated prefill {ms(base.prefill_time_ms)} for {inputs.batch:,} × "
+                            f"{inputs.seq_len:,} tokens; decode {ms(base.decode_time_ms_per_token)} per token "
                             "at the end of the context (the slowest step, the one P99 sees). Report both, measured "
                             "on production sequence lengths.", **same))
-    first = base.get("decode_first_pass_ms_per_token")
-    steady = base.get("decode_time_ms_per_token")
+    first = base.decode_first_pass_ms_per_token
+    steady = base.decode_time_ms_per_token
     if not ctx.training and first is not None and steady is not None and first > 1.5 * steady:
         out.append(Advice(
             id="decode-graph-warmup", title="Warm up decode (cuDNN builds a graph per new cache length)",
@@ -391,9 +394,9 @@ def rule_operate(ctx: _Context) -> list[Advice]:
             expected_effect="Warm a serving process up over the lengths it will serve, use a static cache (one "
                             "length, one graph), or run decode on flash (torch.nn.attention.sdpa_kernel"
                             "(SDPBackend.FLASH_ATTENTION)).",
-            bytes_before=base["total_bytes"], bytes_after=base["total_bytes"], time_metric="decode ms per token",
+            bytes_before=base.total_bytes, bytes_after=base.total_bytes, time_metric="decode ms per token",
             time_ms_before=first, time_ms_after=steady))
-    backend = base["selected_backend"]
+    backend = base.selected_backend
     hopper = ctx.gpu.sm >= 90 and inputs.dtype != "float32"
     out.append(Advice(
         id="log-backend", title="Log the attention backend at step 0",

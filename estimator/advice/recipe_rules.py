@@ -23,31 +23,30 @@ PRECISION_MOVES = {
 def rule_precision(ctx: _Context) -> list[Advice]:
     """Training that does not fit: the cheaper precision recipe, with its trade."""
     inputs, base = ctx.inputs, ctx.base
-    if not ctx.training or base["fits"] or not base.get("supported", True) or inputs.precision not in PRECISION_MOVES:
+    if not ctx.training or base.fits or not base.supported or inputs.precision not in PRECISION_MOVES:
         return []
     target, trade = PRECISION_MOVES[inputs.precision]
     after = ctx.plan(precision=target)
-    if after is None or after["total_bytes"] >= base["total_bytes"]:
+    if after is None or after.total_bytes >= base.total_bytes:
         return []
     return [_plan_advice(
         ctx, "precision", f"Train in {target}",
-        f"Total per GPU {gib(base['total_bytes'])} exceeds {gib(base['capacity_bytes'])}; the {inputs.precision} "
-        f"recipe holds weights {gib(base['weights_bytes'])}, gradients {gib(base['gradient_bytes'])} and "
-        f"optimizer state {gib(base['optimizer_bytes'])}. {trade[0].upper() + trade[1:]}.",
+        f"Total per GPU {gib(base.total_bytes)} exceeds {gib(base.capacity_bytes)}; the {inputs.precision} "
+        f"recipe holds weights {gib(base.weights_bytes)}, gradients {gib(base.gradient_bytes)} and "
+        f"optimizer state {gib(base.optimizer_bytes)}. {trade[0].upper() + trade[1:]}.",
         f"precision {inputs.precision} → {target}.", after, precision=target)]
 
 
 def rule_optimizer(ctx: _Context) -> list[Advice]:
     """Training whose optimizer state or step temporaries matter: fused AdamW, then 8-bit AdamW."""
     inputs, base = ctx.inputs, ctx.base
-    if not ctx.training or base["fits"] or not base.get("supported", True):
+    if not ctx.training or base.fits or not base.supported:
         return []
-    parts = dict((c["component"], c["bytes"]) for c in base.get("components", ()))
-    step = parts.get("optimizer step temporaries", 0)
+    step = base.component_bytes("optimizer_step")
     out = []
     if inputs.optimizer == "adamw" and step:
         after = ctx.plan(optimizer="adamw-fused")
-        if after is not None and after["total_bytes"] < base["total_bytes"]:
+        if after is not None and after.total_bytes < base.total_bytes:
             out.append(_plan_advice(
                 ctx, "optimizer", "Use fused AdamW (torch.optim.AdamW(..., fused=True))",
                 f"The peak is the optimizer step: the default foreach AdamW allocates one parameter-sized "
@@ -55,13 +54,13 @@ def rule_optimizer(ctx: _Context) -> list[Advice]:
                 "the fused kernel updates in place.",
                 "optimizer adamw → adamw-fused.", after, optimizer="adamw-fused"))
             return out
-    if inputs.optimizer in ("adamw", "adamw-fused") and base["optimizer_bytes"] > 0.25 * base["capacity_bytes"]:
+    if inputs.optimizer in ("adamw", "adamw-fused") and base.optimizer_bytes > 0.25 * base.capacity_bytes:
         after = ctx.plan(optimizer="adamw-8bit")
-        if after is not None and after["total_bytes"] < base["total_bytes"]:
+        if after is not None and after.total_bytes < base.total_bytes:
             out.append(_plan_advice(
                 ctx, "optimizer", "Use 8-bit AdamW (bitsandbytes AdamW8bit)",
-                f"The optimizer state is {gib(base['optimizer_bytes'])}, "
-                f"{base['optimizer_bytes'] / base['capacity_bytes']:.0%} of the GPU. bitsandbytes keeps both moments "
+                f"The optimizer state is {gib(base.optimizer_bytes)}, "
+                f"{base.optimizer_bytes / base.capacity_bytes:.0%} of the GPU. bitsandbytes keeps both moments "
                 "in 8 bits with an fp32 scale per 256 values (about 2 bytes per parameter instead of 8 in fp32); "
                 "modelled from its source, not measured here.",
                 f"optimizer {inputs.optimizer} → adamw-8bit.", after, optimizer="adamw-8bit"))

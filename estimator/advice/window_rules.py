@@ -23,9 +23,9 @@ def rule_flex_window(ctx: _Context) -> list[Advice]:
         return []
     after = ctx.plan(backend="flex")
     base = ctx.base
-    if after is None or not after["supported"]:
+    if after is None or not after.supported:
         return []
-    if after["total_bytes"] >= base["total_bytes"] and ctx.time_ms(after) >= ctx.time_ms(base):
+    if after.total_bytes >= base.total_bytes and ctx.time_ms(after) >= ctx.time_ms(base):
         return []
     through = "eager (a float mask added to full scores)" if inputs.backend == "eager" else \
         "SDPA (a dense bool mask: flash cannot run it, every score block is still computed)"
@@ -45,11 +45,11 @@ def rule_flex_recompile(ctx: _Context) -> list[Advice]:
         return []
     fallback = ctx.plan(backend="math")
     base = ctx.base
-    if fallback is None or not fallback["supported"]:
+    if fallback is None or not fallback.supported:
         return []
-    cost = (f"At this seq_len the unfused path needs {gib(fallback['total_bytes'])} per GPU against "
-            f"{gib(base['total_bytes'])} fused ({'still fits' if fallback['fits'] else 'does not fit'} in "
-            f"{gib(fallback['capacity_bytes'])}).")
+    cost = (f"At this seq_len the unfused path needs {gib(fallback.total_bytes)} per GPU against "
+            f"{gib(base.total_bytes)} fused ({'still fits' if fallback.fits else 'does not fit'} in "
+            f"{gib(fallback.capacity_bytes)}).")
     return [Advice(
         id="flex-recompile", title="Keep FlexAttention compiled (recompile limit)",
         why=f"flex_attention is fast only compiled; Hugging Face compiles it per shape, and after TorchDynamo's "
@@ -60,7 +60,7 @@ def rule_flex_recompile(ctx: _Context) -> list[Advice]:
         expected_effect="Compile with dynamic shapes (torch.compile(..., dynamic=True)), pad sequence lengths to a "
                         "few buckets, or raise torch._dynamo.config.recompile_limit; log recompiles "
                         "(TORCH_LOGS=recompiles) at the start of a run.",
-        bytes_before=base["total_bytes"], bytes_after=fallback["total_bytes"], time_metric=ctx.time_metric,
+        bytes_before=base.total_bytes, bytes_after=fallback.total_bytes, time_metric=ctx.time_metric,
         time_ms_before=ctx.time_ms(base), time_ms_after=ctx.time_ms(fallback))]
 
 

@@ -12,12 +12,11 @@ import sys
 from dataclasses import replace
 from functools import partial
 
-from estimator.call.backends import DEFAULT_TORCH
 from estimator.call.config import BACKENDS, KV_DTYPE_BITS
 from estimator.hardware import CATALOG
 from estimator.model.budget import Plan
 from estimator.model.hf_config import from_hf_config
-from estimator.model.inputs import CHECKPOINTING, LOGITS, MODES, PlanInputs
+from estimator.model.inputs import CHECKPOINTING, LOGITS, MODES, PLAN_INPUT_DEFAULTS, PlanInputs
 from estimator.model.plan import make_plan
 from estimator.model.presets import PRESETS, get_preset
 from estimator.model.recipes import OPTIMIZERS, PRECISIONS
@@ -25,6 +24,7 @@ from estimator.model.specs import ModelSpec
 from estimator.units import gib
 
 _gib = partial(gib, missing="-", mib_below_1gib=False)  # the table's style: always GiB
+D = PLAN_INPUT_DEFAULTS  # every workload and hardware flag defaults to PlanInputs' own default
 
 # PlanInputs / ModelSpec field → the flag that sets it, so that errors name what the user typed.
 FLAG_OF = {"seq_len": "--seq-len", "batch": "--batch", "dtype": "--dtype", "kv_dtype": "--kv-dtype",
@@ -57,39 +57,45 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                        help="architecture flags: bidirectional encoder without KV cache (no vocabulary head)")
     work = parser.add_argument_group("workload")
     work.add_argument("--seq-len", default=None, help="tokens per sequence (encoders: patches + 1)")
-    work.add_argument("--batch", default="1", help="sequences in the job (default 1)")
-    work.add_argument("--dtype", default="bfloat16", help="float16, bfloat16 or float32 (default bfloat16)")
-    work.add_argument("--kv-dtype", default=None, help=f"KV cache: {', '.join(KV_DTYPE_BITS)} (default --dtype)")
-    work.add_argument("--mode", default="inference", help=f"{' or '.join(MODES)} (default inference)")
-    work.add_argument("--checkpointing", default="none", help=f"training: {', '.join(CHECKPOINTING)}")
-    work.add_argument("--precision", default=None,
+    work.add_argument("--batch", default=D["batch"], help=f"sequences in the job (default {D['batch']})")
+    work.add_argument("--dtype", default=D["dtype"], help=f"float16, bfloat16 or float32 (default {D['dtype']})")
+    work.add_argument("--kv-dtype", default=D["kv_dtype"],
+                      help=f"KV cache: {', '.join(KV_DTYPE_BITS)} (default --dtype)")
+    work.add_argument("--mode", default=D["mode"], help=f"{' or '.join(MODES)} (default {D['mode']})")
+    work.add_argument("--checkpointing", default=D["checkpointing"], help=f"training: {', '.join(CHECKPOINTING)}")
+    work.add_argument("--precision", default=D["precision"],
                       help=f"training: {', '.join(PRECISIONS)} (default from --dtype: bfloat16 -> bf16-mixed)")
-    work.add_argument("--optimizer", default="adamw", help=f"training: {', '.join(OPTIMIZERS)} (default adamw)")
-    work.add_argument("--window", default=None, help="sliding window for every layer (default: the model's own)")
-    work.add_argument("--backend", default="auto", help=f"{', '.join(BACKENDS)} (default auto)")
-    work.add_argument("--logits", default="last", help=f"inference logits: {' or '.join(LOGITS)} positions")
-    work.add_argument("--kv-layout", default="hf", help="KV cache: hf (as transformers stores it; MLA: latent), "
-                      "latent (MLA c_kv + rope key), per-head (MLA decompressed k, v)")
+    work.add_argument("--optimizer", default=D["optimizer"],
+                      help=f"training: {', '.join(OPTIMIZERS)} (default {D['optimizer']})")
+    work.add_argument("--window", default=D["window"],
+                      help="sliding window for every layer (default: the model's own)")
+    work.add_argument("--backend", default=D["backend"], help=f"{', '.join(BACKENDS)} (default {D['backend']})")
+    work.add_argument("--logits", default=D["logits"], help=f"inference logits: {' or '.join(LOGITS)} positions")
+    work.add_argument("--kv-layout", default=D["kv_layout"], help="KV cache: hf (as transformers stores it; MLA: "
+                      "latent), latent (MLA c_kv + rope key), per-head (MLA decompressed k, v)")
     hw = parser.add_argument_group("hardware")
-    hw.add_argument("--gpu", default="h100-sxm", help=f"one of: {', '.join(CATALOG)} (default h100-sxm)")
-    hw.add_argument("--gpus", default=None, help="total GPUs (default tp·cp; the rest is data parallel)")
-    hw.add_argument("--tp", default="1", help="tensor-parallel degree")
-    hw.add_argument("--cp", default="1", help="context-parallel degree")
-    hw.add_argument("--ep", default="1", help="expert-parallel degree: MoE routed experts split ep ways")
-    hw.add_argument("--gpus-per-node", default="8", help="GPUs per node: larger tp/cp/dp groups use the network")
+    hw.add_argument("--gpu", default=D["gpu"], help=f"one of: {', '.join(CATALOG)} (default {D['gpu']})")
+    hw.add_argument("--gpus", default=D["gpus"], help="total GPUs (default tp·cp; the rest is data parallel)")
+    hw.add_argument("--tp", default=D["tp"], help="tensor-parallel degree")
+    hw.add_argument("--cp", default=D["cp"], help="context-parallel degree")
+    hw.add_argument("--ep", default=D["ep"], help="expert-parallel degree: MoE routed experts split ep ways")
+    hw.add_argument("--gpus-per-node", default=D["gpus_per_node"],
+                    help="GPUs per node: larger tp/cp/dp groups use the network")
     timing = parser.add_argument_group("time model")
-    timing.add_argument("--calibration", default=None,
+    timing.add_argument("--calibration", default=D["calibration"],
                         help="kernel calibration JSON from `python -m validation calibrate` (default: the H200's)")
-    timing.add_argument("--gemm-efficiency", default=None, help="override: GEMMs at this fraction of peak (0-1]")
-    timing.add_argument("--hbm-efficiency", default=None, help="override: streaming at this fraction of HBM (0-1]")
-    work.add_argument("--micro-batch", default=None,
+    timing.add_argument("--gemm-efficiency", default=D["gemm_efficiency"],
+                        help="override: GEMMs at this fraction of peak (0-1]")
+    timing.add_argument("--hbm-efficiency", default=D["hbm_efficiency"],
+                        help="override: streaming at this fraction of HBM (0-1]")
+    work.add_argument("--micro-batch", default=D["micro_batch"],
                       help="training: sequences per replica per pass; the rest is gradient accumulation")
     work.add_argument("--persistent-grads", action="store_true",
                       help="training: gradients stay allocated between steps (zero_grad(set_to_none=False))")
-    hw.add_argument("--zero", default="0", help="training: ZeRO stage 0-3 over the data-parallel replicas")
+    hw.add_argument("--zero", default=D["zero"], help="training: ZeRO stage 0-3 over the data-parallel replicas")
     hw.add_argument("--sequence-parallel", action="store_true",
                     help="training with --tp: split norm and residual activations tp ways too (Megatron-LM)")
-    hw.add_argument("--torch", dest="torch_version", default=DEFAULT_TORCH, help="PyTorch version modelled")
+    hw.add_argument("--torch", dest="torch_version", default=D["torch_version"], help="PyTorch version modelled")
 
 
 def _model_from_args(args: argparse.Namespace) -> ModelSpec:
@@ -200,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             from estimator.advice.plan_rules import advise
             from estimator.report.xlsx import write_plan_xlsx
 
-            write_plan_xlsx(args.xlsx, inputs, result, advise(inputs))
+            write_plan_xlsx(args.xlsx, plan, advise(inputs))
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -217,8 +223,10 @@ def format_table(plan: Plan, result: dict) -> str:
     lines = [f"{inp.model.name}: {inp.mode}, seq_len {inp.seq_len:,}, batch {inp.batch}, {inp.dtype}, "
              f"backend {inp.backend} -> {plan.selected_backend}, {inp.gpus} x {inp.gpu} (tp {inp.tp}, cp {inp.cp})",
              f"parameters {plan.params:,} ({plan.params_per_gpu:,} per GPU)", "", "memory per GPU"]
-    width = max(28, *(len(name) + 2 for name, _ in plan.components))
-    for name, size in (*plan.components, ("total", plan.total_bytes), ("capacity", plan.capacity_bytes)):
+    rows = (*((c.label, c.bytes) for c in plan.components), ("total", plan.total_bytes),
+            ("capacity", plan.capacity_bytes))
+    width = max(28, *(len(c.label) + 2 for c in plan.components))
+    for name, size in rows:
         lines.append(f"  {name:<{width}}{_gib(size):>16}{size:>22,} B")
     lines.append(f"  -> {plan.verdict}")
     lines.append(f"  kv cache per token {plan.kv_cache_bytes_per_token:,} B; materialised attention scores "

@@ -3,6 +3,8 @@ its peak over the moments of backward. Per GPU, exact ints (notation in estimato
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from estimator.call.shapes import cdiv
 from estimator.model.blocks import (
     MoeShape,
@@ -163,12 +165,22 @@ def training_peak(inputs: PlanInputs, attn: list[LayerAttention], z: Sizes,
                   "peak_phase_" + name.replace(" ", "_"): sum(peak.values())}
 
 
-def training_activations(inputs: PlanInputs, attn: list[LayerAttention], z: Sizes) -> tuple[int, dict[str, int]]:
-    """Stored activations of every layer (Korthikanti et al. 2022 §4, generalised; checked against a HF
-    LlamaDecoderLayer, tests/data/hf_layer_saved_bytes.csv) + the larger of one layer's backward transient
-    and the loss backward. Under autocast (bf16-mixed, 16-mixed) the residual stream, the norms and the embedding
-    output are fp32 (`z.rs`), each linear saves its own 16-bit cast of its input, and the 16-bit weight copies
-    are counted apart (`weight_casts_*`)."""
+@dataclass(frozen=True, kw_only=True)
+class LayerSaves:
+    """What one layer saves for its backward outside the attention core, and its backward's FFN transient
+    (bytes per GPU; `moe_extra`: what the MoE and dense layers save less than the worst kind, over all layers)."""
+
+    norm: int  # every norm of the layer
+    attn_in: int  # the normed input the q, k, v projections save
+    ffn: int  # the MLP's saved tensors (the worst kind of MLP when the model has MoE layers)
+    ffn_grads: int  # the MLP backward's transient
+    moe_extra: int
+    layer_input: int  # what full checkpointing keeps per layer
+
+
+def layer_saves(inputs: PlanInputs, z: Sizes) -> LayerSaves:
+    """Korthikanti et al. 2022 §4, generalised; checked against a HF LlamaDecoderLayer
+    (tests/data/hf_layer_saved_bytes.csv)."""
     m, b, n, es, rs = inputs.model, z.b, z.n, z.es, z.rs
     # Sequence parallelism (Korthikanti et al. §4.2.2) splits the residual-stream tensors tp ways as well.
     n_sp = cdiv(n, inputs.tp if inputs.sequence_parallel else 1)
@@ -188,7 +200,7 @@ def training_activations(inputs: PlanInputs, attn: list[LayerAttention], z: Size
     ffn_grads = 2 * b * n * z.F * es
     # MoE layers (grouped_mm experts, blocks.moe_saved_bytes): what they save replaces the dense MLP's in
     # `moe_layers` layers; the worst layer and the backward transient take the larger of the two kinds
-    # (the loop below stores every layer with the worst kind's MLP; `moe_extra` takes back the difference)
+    # (the attention loop stores every layer with the worst kind's MLP; `moe_extra` takes back the difference)
     moe_extra = 0
     dense_layers = m.layers - m.moe_layers
     if m.moe_layers:
@@ -198,15 +210,29 @@ def training_activations(inputs: PlanInputs, attn: list[LayerAttention], z: Size
         moe_extra = m.moe_layers * (moe_save - worst_ffn) + dense_layers * (ffn_save - worst_ffn)
         ffn_save = worst_ffn
         ffn_grads = max(ffn_grads if dense_layers else 0, moe_backward_transient(shape, wb))
-    layer_input = b * n_sp * m.hidden * rs
-    # autocast: every matmul weight's 16-bit copy, saved for its backward (per layer, and the output head); the
-    # routed experts get none (grouped_mm is not autocast-enabled: they run in the weights' dtype)
+    return LayerSaves(norm=norm_save, attn_in=attn_in_saved, ffn=ffn_save, ffn_grads=ffn_grads, moe_extra=moe_extra,
+                      layer_input=b * n_sp * m.hidden * rs)
+
+
+def weight_casts(inputs: PlanInputs, z: Sizes) -> tuple[int, int]:
+    """(per layer, output head) bytes of autocast's 16-bit copies of every matmul weight, saved for its backward
+    (0 without autocast); the routed experts get none (grouped_mm is not autocast-enabled: they run in the
+    weights' dtype)."""
+    m = inputs.model
     cast_params = m.matmul_params_per_layer
     if m.moe_layers:
         routed = m.experts_per_token * 3 * m.hidden * m.moe_ffn
         cast_params = max(p - routed * f for p, f in zip(m.matmul_params_by_layer, m.moe_layer_flags, strict=True))
-    casts_layer = cast_params // inputs.tp * es if z.autocast else 0
-    casts_head = z.V * m.hidden * es if z.autocast and m.kind == "decoder" else 0
+    casts_layer = cast_params // inputs.tp * z.es if z.autocast else 0
+    casts_head = z.V * m.hidden * z.es if z.autocast and m.kind == "decoder" else 0
+    return casts_layer, casts_head
+
+
+def attention_layers_saved(inputs: PlanInputs, attn: list[LayerAttention], z: Sizes,
+                           saves: LayerSaves) -> tuple[int, int, int, dict[str, int]]:
+    """Over the layer kinds: (stored bytes of every layer, the largest backward transient, the largest attention
+    backward transient without checkpointing, the worst layer's parts) under the plan's checkpointing."""
+    m, b, es = inputs.model, z.b, z.es
     stored = transient = attn_transient = 0
     worst: dict[str, int] = {}
     for a in attn:
@@ -222,40 +248,59 @@ def training_activations(inputs: PlanInputs, attn: list[LayerAttention], z: Size
             # the saved v is a view of the fused qkv_proj output: the whole (q, k, v) buffer stays alive beside
             # the rotated q and k the kernel saves
             qkv_saved += z.q + z.kv // 2
-        none_layer = norm_save + attn_in_saved + qkv_saved + retained + ffn_save
+        none_layer = saves.norm + saves.attn_in + qkv_saved + retained + saves.ffn
         if none_layer > sum(worst.values()):
-            worst = {"layer_attention_bytes": attn_in_saved + qkv_saved + retained, "layer_ffn_bytes": ffn_save,
-                     "layer_norms_bytes": norm_save, "layer_attention_core_bytes": qkv_saved + retained}
+            worst = {"layer_attention_bytes": saves.attn_in + qkv_saved + retained, "layer_ffn_bytes": saves.ffn,
+                     "layer_norms_bytes": saves.norm, "layer_attention_core_bytes": qkv_saved + retained}
         attn_bwd = max(0, (est.peak_extra_bytes or 0) - retained)
         if m.attention_sinks and backend == "eager":  # gpt-oss: sink column, softmax in the scores' dtype
             call = est.call
             retained = sinks_eager_saved(b, call.q_heads, call.q_len, call.kv_len, m.head_dim, es, z.autocast)
-            qkv_saved = 0  # inside sinks_eager_saved
-            none_layer = norm_save + attn_in_saved + retained + ffn_save
+            none_layer = saves.norm + saves.attn_in + retained + saves.ffn  # q, k, v inside sinks_eager_saved
             attn_bwd = sinks_eager_backward(b, call.q_heads, call.q_len, call.kv_len, es, z.autocast)
         if inputs.checkpointing == "none":
-            layer, bwd = none_layer, max(attn_bwd, ffn_grads)
+            layer, bwd = none_layer, max(attn_bwd, saves.ffn_grads)
         elif inputs.checkpointing == "selective":  # attention core recomputed; q, k, v and out kept (§4.2)
-            layer = norm_save + attn_in_saved + z.q + z.kv + z.q + ffn_save
-            bwd = max(est.peak_extra_bytes or 0, ffn_grads)
+            layer = saves.norm + saves.attn_in + z.q + z.kv + z.q + saves.ffn
+            bwd = max(est.peak_extra_bytes or 0, saves.ffn_grads)
         else:  # full, hf: keep each layer's input, recompute the layer during its backward
-            layer, bwd = layer_input, none_layer + max(attn_bwd, ffn_grads)
+            layer, bwd = saves.layer_input, none_layer + max(attn_bwd, saves.ffn_grads)
         stored += layer * a.layers
         transient = max(transient, bwd)
         attn_transient = max(attn_transient, attn_bwd if inputs.checkpointing == "none" else 0)
-    if inputs.checkpointing in ("none", "selective"):
-        stored += moe_extra
-    rows = b * n if m.kind == "decoder" else b
-    # Loss backward (HF ForCausalLMLoss: logits.float(), cross_entropy): the saved fp32 log-softmax + its incoming
-    # and outgoing fp32 gradients, 12 B/logit; the 16-bit logits are gone when the training loop keeps only the
-    # loss (HF Trainer's compute_loss, Lightning's training_step). Measured on the H200 (h200_hf_recipes.csv);
-    # a loop that keeps the model output through backward adds the logits (dtype bytes each).
+    return stored, transient, attn_transient, worst
+
+
+def loss_bytes(inputs: PlanInputs, z: Sizes) -> tuple[int, int]:
+    """(the loss backward, the end of the forward) bytes of the logits' phase.
+
+    Loss backward (HF ForCausalLMLoss: logits.float(), cross_entropy): the saved fp32 log-softmax + its incoming
+    and outgoing fp32 gradients, 12 B/logit; the 16-bit logits are gone when the training loop keeps only the
+    loss (HF Trainer's compute_loss, Lightning's training_step). Measured on the H200 (h200_hf_recipes.csv);
+    a loop that keeps the model output through backward adds the logits (dtype bytes each). The end of the
+    forward: logits (dtype), their fp32 copy and the saved log-softmax."""
+    m = inputs.model
+    rows = z.b * z.n if m.kind == "decoder" else z.b
     logits_phase = z.resid + rows * z.V * 12
-    # the end of the forward: logits (dtype), their fp32 copy and the saved log-softmax
-    forward_logits = z.resid + rows * z.V * (es + 8)
+    forward_logits = z.resid + rows * z.V * (z.es + 8)
     if m.final_logit_softcap:  # Gemma-2: logits / cap, tanh, · cap: tanh's output is saved until its backward
-        logits_phase += rows * z.V * es
-        forward_logits += rows * z.V * es
+        logits_phase += rows * z.V * z.es
+        forward_logits += rows * z.V * z.es
+    return logits_phase, forward_logits
+
+
+def training_activations(inputs: PlanInputs, attn: list[LayerAttention], z: Sizes) -> tuple[int, dict[str, int]]:
+    """Stored activations of every layer (`layer_saves`, `attention_layers_saved`) + the larger of one layer's
+    backward transient and the loss backward (`loss_bytes`). Under autocast (bf16-mixed, 16-mixed) the residual
+    stream, the norms and the embedding output are fp32 (`z.rs`), each linear saves its own 16-bit cast of its
+    input, and the 16-bit weight copies are counted apart (`weight_casts_*`)."""
+    m = inputs.model
+    saves = layer_saves(inputs, z)
+    casts_layer, casts_head = weight_casts(inputs, z)
+    stored, transient, attn_transient, worst = attention_layers_saved(inputs, attn, z, saves)
+    if inputs.checkpointing in ("none", "selective"):
+        stored += saves.moe_extra
+    logits_phase, forward_logits = loss_bytes(inputs, z)
     model_level = model_level_bytes(inputs, z) + sum(a.mask_bytes for a in attn)  # masks live the whole step
     grad_buffers = 2 * z.resid  # backward: the gradient flowing into a layer and the residual branch's
     top_moe = m.moe_layer_flags[-1] if m.moe_layers else False

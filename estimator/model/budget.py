@@ -7,16 +7,43 @@ Every assumption a figure rests on is listed in `Plan.assumptions`; docs/plan.md
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import copy
+from dataclasses import asdict, dataclass, field, fields
+from functools import partial
 
 from estimator.call.attention import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
 from estimator.call.config import KV_DTYPE_BITS, element_bytes
 from estimator.call.shapes import cdiv
 from estimator.model.activations import inference_activations, largest_allocation_bytes, training_peak
 from estimator.model.assumptions import assumptions
-from estimator.model.inputs import PlanInputs, Sizes, attention_layers, gpu_of
+from estimator.model.inputs import ECHOED_INPUTS, LayerAttention, PlanInputs, Sizes, attention_layers, gpu_of
 from estimator.model.state import model_state
 from estimator.model.time import plan_flops, plan_times
+from estimator.units import gib
+
+# The budget's rows, by the stable key code finds them with (the label is what a user reads, and may change).
+COMPONENT_KEYS = ("weights", "gradients", "optimizer_state", "optimizer_step", "activations", "weight_casts",
+                  "kv_cache", "cublas_workspace", "cuda_context")
+
+_verdict_gib = partial(gib, mib_below_1gib=False, grouping=False)  # the verdict's style: '1256.75 GiB'
+
+
+@dataclass(frozen=True, kw_only=True)
+class Component:
+    """One row of the memory budget: its stable `key` (one of COMPONENT_KEYS), the `label` shown and exported, and
+    its bytes per GPU."""
+
+    key: str
+    label: str
+    bytes: int
+
+    def __post_init__(self) -> None:
+        if self.key not in COMPONENT_KEYS:
+            raise ValueError(f"key: unknown budget component {self.key!r}; expected one of {', '.join(COMPONENT_KEYS)}")
+        if not self.label:
+            raise ValueError(f"label: budget component {self.key!r} needs a label")
+        if not isinstance(self.bytes, int) or isinstance(self.bytes, bool) or self.bytes < 0:
+            raise ValueError(f"bytes: budget component {self.key!r} needs a non-negative int, got {self.bytes!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,7 +86,7 @@ class Plan:
     embedding_share: float
     other_share: float
     flops_shares: dict[str, float] = field(hash=False)
-    components: tuple[tuple[str, int], ...]
+    components: tuple[Component, ...]
     activation_detail: dict[str, int] = field(hash=False)
     assumptions: tuple[str, ...]
     communication_time_ms: float = 0.0  # exposed communication of the step (training) or prefill (model/comm.py)
@@ -69,67 +96,50 @@ class Plan:
     max_seq_len: int | None = None  # filled by make_plan's solvers
     max_batch: int | None = None
 
+    def component_bytes(self, key: str) -> int:
+        """The bytes of the budget row with this key; 0 when the plan has no such row (e.g. no KV cache when
+        training)."""
+        if key not in COMPONENT_KEYS:
+            raise ValueError(f"key: unknown budget component {key!r}; expected one of {', '.join(COMPONENT_KEYS)}")
+        return sum(c.bytes for c in self.components if c.key == key)
+
     def to_dict(self) -> dict:
-        out = {k: v for k, v in asdict(self).items() if k not in ("inputs", "components")}
-        out["components"] = [{"component": c, "bytes": b} for c, b in self.components]
-        inp = self.inputs
-        out["inputs"] = {k: getattr(inp, k) for k in ("seq_len", "batch", "dtype", "kv_dtype", "mode",
-                                                       "checkpointing", "precision", "optimizer", "window",
-                                                       "backend", "gpu", "gpus",
-                                                       "tp", "cp", "torch_version", "logits",
-                                                       "sequence_parallel", "micro_batch", "zero",
-                                                       "persistent_grads", "kv_layout", "ep")}
-        out["inputs"]["model"] = inp.model.name
-        out["model"] = {**asdict(inp.model), "params": inp.model.params}
+        """The plan as JSON-ready data (export and CLI only; code reads the attributes): every field in order, then
+        `components` as {component, bytes}, the echoed `inputs` (with the model's name) and the `model`."""
+        out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)
+               if f.name not in ("inputs", "components")}
         out["assumptions"] = list(self.assumptions)
+        out["components"] = [{"component": c.label, "bytes": c.bytes} for c in self.components]
+        out["inputs"] = self.echoed_inputs()
+        out["model"] = {**asdict(self.inputs.model), "params": self.inputs.model.params}
         return out
+
+    def echoed_inputs(self) -> dict:
+        """The inputs as the plan's JSON echoes them (docs/contract.md §3): PlanInputs' fields, the model by name."""
+        return {**{k: getattr(self.inputs, k) for k in ECHOED_INPUTS}, "model": self.inputs.model.name}
 
 
 def budget(inputs: PlanInputs) -> Plan:
     """Memory, FLOPs and time of the plan without the solvers. Per-GPU bytes, whole-model FLOPs."""
     m, gpu = inputs.model, gpu_of(inputs)
-    es, b, n, tp = element_bytes(inputs.dtype), inputs.batch_per_gpu, inputs.tokens_per_gpu, inputs.tp
-    hq, hk, d = inputs.q_heads_per_gpu, inputs.kv_heads_per_gpu, m.head_dim
-    recipe = inputs.recipe
-    rs = recipe.residual_bytes if recipe else es
-    z = Sizes(b=b, n=n, F=cdiv(m.ffn, tp), V=cdiv(m.vocab, tp) if m.kind == "decoder" else m.vocab, es=es,
-              q=b * n * hq * d * es, kv=2 * b * n * hk * d * es, resid=b * n * m.hidden * rs, rs=rs,
-              autocast=bool(recipe and recipe.autocast))
+    z = _sizes(inputs)
     training = inputs.mode == "training"
     attn = attention_layers(inputs)
     unsupported = [a for a in attn if not a.memory.supported or not a.timing.supported
                    or (a.forward_timing is not None and not a.forward_timing.supported)]
     selected = attn[-1].memory.selected_backend if not unsupported else "none"  # the longest-span layers'
-    verdict = ""
-    if unsupported:
-        est = unsupported[0].timing if not unsupported[0].timing.supported else unsupported[0].memory
-        reasons = est.reasons.get(inputs.backend, ()) or tuple(r for rs in est.reasons.values() for r in rs)
-        verdict = f"backend {inputs.backend} cannot run this attention call: " + "; ".join(reasons or ("unknown",))
-
     params_gpu = inputs.model.params_per_gpu(inputs.tp, inputs.ep)
     weights, grads, optimizer = model_state(inputs)
-    # KV cache (decoder inference): Σ_layers hk·(d + dv)·seq_len/cp·b·kv_bits/8 (MLA under the hf/latent layouts:
-    # kv_lora_rank + qk_rope per token, ModelSpec.kv_cache_elements_per_token_per_layer), kept in bits until the end.
     kv_bits = KV_DTYPE_BITS[inputs.kv_dtype]
-    decoder = m.kind == "decoder"
-    kv_elements = m.kv_cache_elements_per_token_per_layer(inputs.kv_layout, tp)
-    per_token_bits = m.layers * kv_elements * kv_bits if decoder else 0
-    # Hugging Face's cache holds every prefill token, windowed layers too (see activations.inference_activations)
-    seq_bits = m.layers * kv_elements * kv_bits * cdiv(inputs.seq_len, inputs.cp) if decoder else 0
-    kv_cache = 0 if training else cdiv(seq_bits * b, 8)
+    per_token_bits, seq_bits = _kv_cache_bits(inputs, kv_bits)
+    kv_cache = 0 if training else cdiv(seq_bits * z.b, 8)
 
     scores_live = textbook = 0
     detail: dict[str, int] = {}
     activations = 0
     peak = {"activations": 0, "weight_casts": 0, "gradients": grads, "optimizer_step": 0}  # training, at the peak
     if not unsupported:
-        # textbook b·h·L·S·es of what is alive at the peak: every layer's when training keeps them all
-        keep_all = training and inputs.checkpointing == "none"
-        per_layer = [(a.memory.scores_bytes, a.layers, a.memory.selected_backend in ("math", "eager")) for a in attn]
-        textbook = sum(sb * k for sb, k, _ in per_layer) if keep_all else max(sb for sb, _, _ in per_layer)
-        live = [(sb, k) for sb, k, mat in per_layer if mat]
-        if live:
-            scores_live = sum(sb * k for sb, k in live) if keep_all else max(sb for sb, _ in live)
+        scores_live, textbook = _scores_bytes(inputs, attn)
         if training:
             peak, detail = training_peak(inputs, attn, z, grads)
             activations = detail["backward_peak_activations_bytes"]  # the activations at their own peak
@@ -138,31 +148,21 @@ def budget(inputs: PlanInputs) -> Plan:
 
     if training:
         workspace = 2 * CUBLAS_WORKSPACE_BYTES  # forward thread and autograd thread
-        at_step = "peak_phase_optimizer_step" in detail
-        grads_name = "gradients" if peak["gradients"] == grads else (
-            "gradients (fp32 copies at the optimizer step)" if at_step else "gradients (allocated at the peak)")
-        components = (("weights", weights), (grads_name, peak["gradients"]), ("optimizer state", optimizer),
-                      ("optimizer step temporaries", peak["optimizer_step"]),
-                      ("activations (freed before the optimizer step)" if at_step else "activations",
-                       peak["activations"]),
-                      ("16-bit weight copies (autocast)", peak["weight_casts"]), ("cuBLAS workspaces", workspace),
-                      ("CUDA context", CUDA_CONTEXT_BYTES))
+        components = _training_components(weights, grads, optimizer, peak, workspace,
+                                          at_step="peak_phase_optimizer_step" in detail)
     else:
         workspace = CUBLAS_WORKSPACE_BYTES
-        components = (("weights", weights), ("kv cache", kv_cache), ("activations (peak layer)", activations),
-                      ("cuBLAS workspace", workspace), ("CUDA context", CUDA_CONTEXT_BYTES))
-    total = sum(c for _, c in components)
+        components = (Component(key="weights", label="weights", bytes=weights),
+                      Component(key="kv_cache", label="kv cache", bytes=kv_cache),
+                      Component(key="activations", label="activations (peak layer)", bytes=activations),
+                      Component(key="cublas_workspace", label="cuBLAS workspace", bytes=workspace),
+                      Component(key="cuda_context", label="CUDA context", bytes=CUDA_CONTEXT_BYTES))
+    total = sum(c.bytes for c in components)
     capacity = gpu.memory_bytes
     # the caching allocator needs room for the largest single block on top of the peak (see the function)
     reserve = 0 if unsupported else largest_allocation_bytes(inputs, attn, z)
     fits = not unsupported and total + reserve <= capacity
-    if not unsupported:
-        verdict = (f"fits: {total / 2**30:.2f} GiB of {capacity / 2**30:.2f} GiB per GPU" if fits else
-                   f"does not fit: {total / 2**30:.2f} GiB needed, {capacity / 2**30:.2f} GiB per GPU")
-        if not fits and total <= capacity:
-            verdict = (f"does not fit: {total / 2**30:.2f} GiB needed of {capacity / 2**30:.2f} GiB per GPU, but the "
-                       f"step's largest block ({reserve / 2**30:.2f} GiB) needs that much more free: near the limit "
-                       "the caching allocator runs out in fragments")
+    verdict = _unsupported_verdict(inputs, unsupported) if unsupported else _fit_verdict(total, capacity, reserve)
 
     flops = plan_flops(inputs, attn, unsupported=bool(unsupported))
     times = plan_times(inputs, attn, gpu, params_gpu, weights, kv_cache, flops, unsupported=bool(unsupported))
@@ -176,3 +176,76 @@ def budget(inputs: PlanInputs) -> Plan:
         prefill_executed_flops=flops["forward_executed"], training_step_flops=flops["step"],
         decode_flops_per_token=flops["decode"], flops_shares=flops["shares"], components=components,
         activation_detail=detail, assumptions=assumptions(inputs), **times)
+
+
+def _sizes(inputs: PlanInputs) -> Sizes:
+    """The per-GPU tensor sizes the activation formulas share (notation in estimator/model/inputs.py)."""
+    m = inputs.model
+    es, b, n, tp = element_bytes(inputs.dtype), inputs.batch_per_gpu, inputs.tokens_per_gpu, inputs.tp
+    hq, hk, d = inputs.q_heads_per_gpu, inputs.kv_heads_per_gpu, m.head_dim
+    recipe = inputs.recipe
+    rs = recipe.residual_bytes if recipe else es
+    return Sizes(b=b, n=n, F=cdiv(m.ffn, tp), V=cdiv(m.vocab, tp) if m.kind == "decoder" else m.vocab, es=es,
+                 q=b * n * hq * d * es, kv=2 * b * n * hk * d * es, resid=b * n * m.hidden * rs, rs=rs,
+                 autocast=bool(recipe and recipe.autocast))
+
+
+def _kv_cache_bits(inputs: PlanInputs, kv_bits: int) -> tuple[int, int]:
+    """(bits per token, bits per sequence) of the KV cache of one sequence (decoders; 0 otherwise).
+
+    Σ_layers hk·(d + dv)·seq_len/cp·kv_bits (MLA under the hf/latent layouts: kv_lora_rank + qk_rope per token,
+    ModelSpec.kv_cache_elements_per_token_per_layer), kept in bits until the end."""
+    m = inputs.model
+    if m.kind != "decoder":
+        return 0, 0
+    kv_elements = m.kv_cache_elements_per_token_per_layer(inputs.kv_layout, inputs.tp)
+    per_token_bits = m.layers * kv_elements * kv_bits
+    # Hugging Face's cache holds every prefill token, windowed layers too (see activations.inference_activations)
+    return per_token_bits, m.layers * kv_elements * kv_bits * cdiv(inputs.seq_len, inputs.cp)
+
+
+def _scores_bytes(inputs: PlanInputs, attn: list[LayerAttention]) -> tuple[int, int]:
+    """(score matrices the chosen backends materialise, textbook b·h·L·S·es) alive at the peak: every layer's when
+    training keeps them all, else the largest layer's."""
+    keep_all = inputs.mode == "training" and inputs.checkpointing == "none"
+    per_layer = [(a.memory.scores_bytes, a.layers, a.memory.selected_backend in ("math", "eager")) for a in attn]
+    textbook = sum(sb * k for sb, k, _ in per_layer) if keep_all else max(sb for sb, _, _ in per_layer)
+    live = [(sb, k) for sb, k, mat in per_layer if mat]
+    scores_live = 0
+    if live:
+        scores_live = sum(sb * k for sb, k in live) if keep_all else max(sb for sb, _ in live)
+    return scores_live, textbook
+
+
+def _training_components(weights: int, grads: int, optimizer: int, peak: dict[str, int], workspace: int, *,
+                         at_step: bool) -> tuple[Component, ...]:
+    """The training step's budget at its peak (`at_step`: the peak is the optimizer step)."""
+    grads_label = "gradients" if peak["gradients"] == grads else (
+        "gradients (fp32 copies at the optimizer step)" if at_step else "gradients (allocated at the peak)")
+    return (Component(key="weights", label="weights", bytes=weights),
+            Component(key="gradients", label=grads_label, bytes=peak["gradients"]),
+            Component(key="optimizer_state", label="optimizer state", bytes=optimizer),
+            Component(key="optimizer_step", label="optimizer step temporaries", bytes=peak["optimizer_step"]),
+            Component(key="activations", label="activations (freed before the optimizer step)" if at_step
+                      else "activations", bytes=peak["activations"]),
+            Component(key="weight_casts", label="16-bit weight copies (autocast)", bytes=peak["weight_casts"]),
+            Component(key="cublas_workspace", label="cuBLAS workspaces", bytes=workspace),
+            Component(key="cuda_context", label="CUDA context", bytes=CUDA_CONTEXT_BYTES))
+
+
+def _unsupported_verdict(inputs: PlanInputs, unsupported: list[LayerAttention]) -> str:
+    """Why the backend asked for cannot run the first layer it cannot run."""
+    est = unsupported[0].timing if not unsupported[0].timing.supported else unsupported[0].memory
+    reasons = est.reasons.get(inputs.backend, ()) or tuple(r for rs in est.reasons.values() for r in rs)
+    return f"backend {inputs.backend} cannot run this attention call: " + "; ".join(reasons or ("unknown",))
+
+
+def _fit_verdict(total: int, capacity: int, reserve: int) -> str:
+    """Fits or not, in GiB; near the limit, why the allocator's largest block decides it."""
+    if total + reserve <= capacity:
+        return f"fits: {_verdict_gib(total)} of {_verdict_gib(capacity)} per GPU"
+    if total <= capacity:
+        return (f"does not fit: {_verdict_gib(total)} needed of {_verdict_gib(capacity)} per GPU, but the step's "
+                f"largest block ({_verdict_gib(reserve)}) needs that much more free: near the limit the caching "
+                "allocator runs out in fragments")
+    return f"does not fit: {_verdict_gib(total)} needed, {_verdict_gib(capacity)} per GPU"

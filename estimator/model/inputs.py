@@ -7,7 +7,7 @@ F ffn / tp, hq and hk query and kv heads per GPU (/ tp), d head_dim, V vocab / t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, field, fields
 
 from estimator.call.attention import estimate_call
 from estimator.call.backends import DEFAULT_TORCH, check_torch_version
@@ -38,6 +38,9 @@ KV_ALIASES = {"fp8": "float8", "e4m3": "float8", "e5m2": "float8", "float8_e4m3f
 # Both come from the attention estimator so that the plan and estimate_call agree.
 
 
+NOT_ECHOED = {"echoed": False}  # PlanInputs field metadata: left out of `Plan.to_dict()["inputs"]`
+
+
 @dataclass(frozen=True, kw_only=True)
 class PlanInputs:
     """One planning question. Change one input with `dataclasses.replace(inputs, ...)`, then `make_plan`."""
@@ -62,14 +65,18 @@ class PlanInputs:
     logits: str = "last"  # inference: logits for the last position only, or for all positions
     sequence_parallel: bool = False  # training with tp > 1: norms and residual-stream tensors split tp ways too
     micro_batch: int | None = None  # training: sequences per replica per forward/backward (gradient accumulation)
-    persistent_grads: bool = False  # training: gradients stay allocated between steps (zero_grad(set_to_none=False))
     zero: int = 0  # training: ZeRO stage over the data-parallel replicas (1 optimizer, 2 + gradients, 3 + weights)
+    persistent_grads: bool = False  # training: gradients stay allocated between steps (zero_grad(set_to_none=False))
     kv_layout: str = "hf"  # KV cache: hf (as transformers 5.17 stores it) | latent (MLA c_kv + rope key) | per-head
     ep: int = 1  # expert parallel: each MoE layer's routed experts split ep ways (within the GPUs of a replica set)
-    gpus_per_node: int = 8  # GPUs one node joins by NVLink/PCIe; groups past it communicate over the network
-    calibration: str | None = None  # kernel calibration JSON (python -m validation calibrate); None: the H200's
-    gemm_efficiency: float | None = None  # override: every GEMM at this fraction of the datasheet peak
-    hbm_efficiency: float | None = None  # override: every streaming kernel at this fraction of the HBM bandwidth
+    # Not echoed in the plan's JSON `inputs` (docs/contract.md §3 keeps its keys):
+    # GPUs one node joins by NVLink/PCIe; groups past it communicate over the network
+    gpus_per_node: int = field(default=8, metadata=NOT_ECHOED)
+    # kernel calibration JSON (python -m validation calibrate); None: the H200's
+    calibration: str | None = field(default=None, metadata=NOT_ECHOED)
+    # overrides: every GEMM at this fraction of the datasheet peak, every streaming kernel at this fraction of HBM
+    gemm_efficiency: float | None = field(default=None, metadata=NOT_ECHOED)
+    hbm_efficiency: float | None = field(default=None, metadata=NOT_ECHOED)
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelSpec):
@@ -184,6 +191,13 @@ class PlanInputs:
     @property
     def windows(self) -> tuple[int | None, ...]:
         return (self.window,) * self.model.layers if self.window is not None else self.model.window_per_layer
+
+
+# The one home of the plan's defaults: the CLI's flags and the app's form derive theirs from these.
+PLAN_INPUT_DEFAULTS: dict = {f.name: f.default for f in fields(PlanInputs) if f.default is not MISSING}
+# The inputs `Plan.to_dict()` echoes, in field order (the model is echoed apart, by name)
+ECHOED_INPUTS: tuple[str, ...] = tuple(f.name for f in fields(PlanInputs)
+                                       if f.name != "model" and f.metadata.get("echoed", True))
 
 
 def gpu_of(inputs: PlanInputs) -> GPU:

@@ -9,6 +9,10 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from estimator.model.budget import Plan
 
 _FUNCS = {"MIN": min, "MAX": max, "INT": math.floor, "CEILING": lambda x, step: math.ceil(x / step) * step}
 
@@ -25,7 +29,7 @@ class Named:
     editable: bool = False  # shaded: the workbook recomputes when it changes
 
 
-def input_cells(inputs, plan: dict) -> list[Named]:
+def input_cells(inputs, plan: Plan) -> list[Named]:
     """The Inputs sheet, in order. Derived per-GPU sizes are formulas over the raw inputs."""
     from estimator.call.config import DTYPE_BITS, KV_DTYPE_BITS
 
@@ -45,7 +49,7 @@ def input_cells(inputs, plan: dict) -> list[Named]:
         Named(name="ffn", label="ffn (intermediate)", value=m.ffn),
         Named(name="vocab", label="vocab", value=m.vocab),
         Named(name="params", label="parameters (exact, from the architecture)", value=m.params, unit="parameters"),
-        Named(name="params_per_gpu", label="parameters per GPU (estimator: tp sharding)", value=plan["params_per_gpu"],
+        Named(name="params_per_gpu", label="parameters per GPU (estimator: tp sharding)", value=plan.params_per_gpu,
               unit="parameters"),
         Named(name="seq_len", label="n: sequence length", value=inputs.seq_len, unit="tokens", editable=True),
         Named(name="batch", label="batch (sequences in the job)", value=inputs.batch, unit="sequences",
@@ -70,7 +74,7 @@ def input_cells(inputs, plan: dict) -> list[Named]:
         Named(name="gpus", label="GPUs", value=inputs.gpus),
         Named(name="tp", label="tensor parallel", value=inputs.tp),
         Named(name="cp", label="context parallel", value=inputs.cp),
-        Named(name="capacity_bytes", label="GPU memory capacity", value=plan["capacity_bytes"], unit="bytes"),
+        Named(name="capacity_bytes", label="GPU memory capacity", value=plan.capacity_bytes, unit="bytes"),
         Named(name="torch_version", label="PyTorch version modelled", value=inputs.torch_version),
         Named(name="dp", label="data parallel = gpus / (tp·cp)", value=inputs.dp, formula="gpus/(tp*cp)"),
         Named(name="tokens_per_gpu", label="tokens per GPU = ⌈n / cp⌉", value=inputs.tokens_per_gpu,
@@ -126,7 +130,7 @@ def _env_at(cells: Sequence[Named], n: int, b: int) -> dict:
                  dataclasses.replace(c, value=b) if c.name == "batch" else c for c in cells])
 
 
-def closed_forms(inputs, plan: dict, plan_fn: Callable | None = None) -> list[dict]:
+def closed_forms(inputs, plan: Plan, plan_fn: Callable | None = None) -> list[dict]:
     """Each closed form with its Python value and whether it equals the estimator's figure (then it is live).
     With `plan_fn`, a form is live only if it also reproduces the estimator at other n and batch (an edit of the
     workbook must not leave the estimator behind: e.g. a windowed model's cache that a backend keeps whole)."""
@@ -139,28 +143,28 @@ def closed_forms(inputs, plan: dict, plan_fn: Callable | None = None) -> list[di
                 other = plan_fn(dataclasses.replace(inputs, seq_len=n, batch=b))
             except ValueError:
                 continue
-            probes.append((_env_at(cells, n, b), dataclasses.asdict(other) if dataclasses.is_dataclass(other)
-                           else dict(other)))
+            probes.append((_env_at(cells, n, b), other))
     out = []
     for label, key, expr, equation in CLOSED_FORMS:
         value = _eval(expr, env)
-        expected = plan.get(key)
+        expected = getattr(plan, key)
         matches = expected is not None and float(value).is_integer() and int(value) == int(expected)
         for probe_env, probe_plan in probes:
-            matches = matches and probe_plan.get(key) is not None and _eval(expr, probe_env) == probe_plan[key]
+            probed = getattr(probe_plan, key)
+            matches = matches and probed is not None and _eval(expr, probe_env) == probed
         out.append({"label": label, "key": key, "expr": expr, "equation": equation, "value": int(round(value)),
                     "plan_value": expected, "live": matches})
     return out
 
 
-def _component_form(name: str, value: int, forms: list[dict]) -> dict | None:
-    """The live closed form for a budget component, if one reproduces it (matched by name and value)."""
-    lowered = name.lower()
+# the budget components a closed form can stand for: component key -> the plan field the form reproduces
+FORM_OF_COMPONENT = {"weights": "weights_bytes", "kv_cache": "kv_cache_bytes"}
+
+
+def _component_form(key: str, value: int, forms: list[dict]) -> dict | None:
+    """The live closed form for a budget component, if one reproduces it (matched by its key and value)."""
     for form in forms:
-        if not form["live"] or form["value"] != value:
-            continue
-        if (lowered == "weights" and form["key"] == "weights_bytes") or (
-                lowered == "kv cache" and form["key"] == "kv_cache_bytes"):
+        if form["live"] and form["value"] == value and form["key"] == FORM_OF_COMPONENT.get(key):
             return form
     return None
 

@@ -53,7 +53,7 @@ def tabulate(inputs, plan_fn: Callable, ns: Sequence[int], bs: Sequence[int]) ->
                 plan = plan_fn(dataclasses.replace(inputs, seq_len=n, batch=b))
             except ValueError:
                 continue
-            row = tuple(int(v) for _, v in plan.components)
+            row = tuple(c.bytes for c in plan.components)
             width = width or len(row)
             if len(row) != width:
                 continue

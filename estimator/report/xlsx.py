@@ -27,21 +27,27 @@ import io
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from estimator.report.cells import RESULT_KEYS, Named, _component_form, _env, _eval, closed_forms, input_cells, slug
 from estimator.report.grid import _complete, batch_grid, effective_batch, n_grid
 from estimator.units import GIB
 
+if TYPE_CHECKING:
+    from estimator.model.budget import Plan
 
-def plan_xlsx(inputs, plan: dict, sweep_rows: Iterable[dict] | None = None, advice: Sequence = (),
+
+def plan_xlsx(plan: Plan, sweep_rows: Iterable[dict] | None = None, advice: Sequence = (),
               plan_fn: Callable | None = None) -> bytes:
-    """The budget workbook: Inputs, Budget (every row live), Tables, Sweep and Advice sheets, as bytes.
-    `plan_fn(inputs)` computes a plan without solvers (default `make_plan(inputs, solve=False)`)."""
+    """The budget workbook of `plan` (for its own `plan.inputs`): Inputs, Budget (every row live), Tables, Sweep
+    and Advice sheets, as bytes. `plan_fn(inputs)` computes a plan without solvers (default
+    `make_plan(inputs, solve=False)`)."""
     import xlsxwriter
 
     from estimator.model.plan import make_plan
 
     plan_fn = plan_fn or (lambda inp: make_plan(inp, solve=False))
+    inputs = plan.inputs
     buffer = io.BytesIO()
     wb = xlsxwriter.Workbook(buffer, {"in_memory": True, "strings_to_formulas": False, "strings_to_urls": False})
     fmt = {"bold": wb.add_format({"bold": True}), "bytes": wb.add_format({"num_format": "#,##0"}),
@@ -55,10 +61,10 @@ def plan_xlsx(inputs, plan: dict, sweep_rows: Iterable[dict] | None = None, advi
     _inputs_sheet(wb, cells, env, fmt)
     forms = closed_forms(inputs, plan, plan_fn)
     ns, bs, table = _complete(inputs, plan_fn, n_grid(inputs), batch_grid(inputs))
-    components = list(plan["components"])
+    components = plan.components
     budget = wb.add_worksheet("Budget")
     tables = wb.add_worksheet("Tables")
-    slugs = _unique([slug(c["component"]) for c in components])
+    slugs = _unique([slug(c.label) for c in components])
     tabled = _tables_sheet(wb, tables, inputs, components, slugs, ns, bs, table, fmt)
     _budget_sheet(wb, budget, inputs, plan, components, slugs, forms, tabled, fmt)
     _sweep_sheet(wb, sweep_rows, fmt, forms, env)
@@ -159,8 +165,8 @@ def _tables_sheet(wb, ws, inputs, components, slugs, ns, bs, table, fmt) -> dict
             return f"IF(AND({v0}>0, {v1}>0), {v0}*EXP(t_x*LN({v1}/{v0})), {v0}+({v1}-{v0})*(seq_len-t_n0)/(t_n1-t_n0))"
 
         formula = f"=ROUND({at('t_j')}+t_y*({at('t_j+1')}-{at('t_j')}), 0)"
-        ws.write_string(row, 0, comp["component"])
-        ws.write_formula(row, 1, formula, fmt["bytes"], int(comp["bytes"]))
+        ws.write_string(row, 0, comp.label)
+        ws.write_formula(row, 1, formula, fmt["bytes"], comp.bytes)
         names[sl] = f"at_{sl}"
         wb.define_name(names[sl], f"=Tables!$B${row + 1}")
         ws.write_string(row, 2, names[sl])
@@ -178,7 +184,7 @@ def _tables_sheet(wb, ws, inputs, components, slugs, ns, bs, table, fmt) -> dict
     wb.define_name("t_n", f"=Tables!$A${first + 1}:$A${first + K}")
     for c, sl in enumerate(slugs):
         left = 1 + (J + 1) * c
-        ws.write_string(top - 1, left, components[c]["component"], fmt["bold"])
+        ws.write_string(top - 1, left, components[c].label, fmt["bold"])
         for k, n in enumerate(ns):
             for j, b in enumerate(bs):
                 ws.write_number(first + k, left + j, table["values"][(n, b)][c], fmt["bytes"])
@@ -207,11 +213,11 @@ def _budget_sheet(wb, bs, inputs, plan, components, slugs, forms, tabled, fmt) -
     for c, head in enumerate(["component", "bytes per GPU", "GiB", "share", "how", "name"]):
         bs.write_string(0, c, head, fmt["bold"])
     first, last = 2, 1 + len(components)  # 1-based rows of the components
-    total = sum(int(c["bytes"]) for c in components)
+    total = sum(c.bytes for c in components)
     for i, (comp, sl) in enumerate(zip(components, slugs, strict=True), start=1):
-        value = int(comp["bytes"])
-        form = _component_form(comp["component"], value, forms)
-        bs.write_string(i, 0, comp["component"])
+        value = comp.bytes
+        form = _component_form(comp.key, value, forms)
+        bs.write_string(i, 0, comp.label)
         if form:
             bs.write_formula(i, 1, "=" + form["expr"], fmt["bytes"], value)
             bs.write_string(i, 4, f"closed form: {form['equation']}")
@@ -231,18 +237,18 @@ def _budget_sheet(wb, bs, inputs, plan, components, slugs, forms, tabled, fmt) -
     bs.write_string(t, 5, "total_bytes")
     wb.define_name("total_bytes", f"=Budget!$B${t + 1}")
     bs.write_string(t + 1, 0, "capacity")
-    bs.write_formula(t + 1, 1, "=capacity_bytes", fmt["bytes"], plan["capacity_bytes"])
-    bs.write_formula(t + 1, 2, f"=B{t + 2}/2^30", fmt["gib"], plan["capacity_bytes"] / GIB)
+    bs.write_formula(t + 1, 1, "=capacity_bytes", fmt["bytes"], plan.capacity_bytes)
+    bs.write_formula(t + 1, 2, f"=B{t + 2}/2^30", fmt["gib"], plan.capacity_bytes / GIB)
     bs.write_string(t + 1, 5, "capacity")
     wb.define_name("capacity", f"=Budget!$B${t + 2}")
     bs.write_string(t + 2, 0, "headroom (capacity − total)")
-    headroom = plan["capacity_bytes"] - total
+    headroom = plan.capacity_bytes - total
     bs.write_formula(t + 2, 1, f"=B{t + 2}-B{t + 1}", fmt["bytes"], headroom)
     bs.write_formula(t + 2, 2, f"=B{t + 3}/2^30", fmt["gib"], headroom / GIB)
     bs.write_string(t + 2, 5, "headroom_bytes")
     wb.define_name("headroom_bytes", f"=Budget!$B${t + 3}")
     bs.write_string(t + 3, 0, "fits")
-    verdict = "cannot run" if not plan.get("supported", True) else ("yes" if total <= plan["capacity_bytes"] else "no")
+    verdict = "cannot run" if not plan.supported else ("yes" if total <= plan.capacity_bytes else "no")
     bs.write_formula(t + 3, 1, f'=IF(t_ok=0,"cannot run",IF(B{t + 1}<=B{t + 2},"yes","no"))', None, verdict)
     bs.write_string(t + 3, 5, "fits")
     wb.define_name("fits", f"=Budget!$B${t + 4}")
@@ -264,7 +270,7 @@ def _budget_sheet(wb, bs, inputs, plan, components, slugs, forms, tabled, fmt) -
                     fmt["bold"])
     for j, key in enumerate(RESULT_KEYS, start=row + 1):
         bs.write_string(j, 0, key)
-        value = plan.get(key)
+        value = getattr(plan, key)
         if value is not None:
             _write(bs, j, 1, value, fmt["bytes"] if isinstance(value, int) and not isinstance(value, bool) else None)
     bs.set_column(0, 0, 44)
@@ -340,13 +346,14 @@ def _advice_sheet(wb, advice, fmt) -> None:
     ws.set_column(1, 3, 60)
 
 
-def write_plan_xlsx(path: str, inputs, plan: dict, advice: Sequence = ()) -> None:
+def write_plan_xlsx(path: str, plan: Plan, advice: Sequence = ()) -> None:
     """The CLI's `--xlsx PATH`: the same workbook as the app's download."""
     from estimator.call.config import MAX_SEQ_LEN
 
+    inputs = plan.inputs
     top = min(MAX_SEQ_LEN, max(4 * inputs.seq_len, 1 << 17))
     ns = sorted({1 << k for k in range(8, top.bit_length())} | {inputs.seq_len})
-    data = plan_xlsx(inputs, plan, sweep_rows(inputs, ns), advice)
+    data = plan_xlsx(plan, sweep_rows(inputs, ns), advice)
     with open(path, "wb") as out:
         out.write(data)
 

@@ -33,19 +33,23 @@ st.markdown(f"The plan (**{md(inputs.model.name)}**, n = {inputs.seq_len:,}, bat
 st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="validate_calls")
 
 status = gpu.cuda_status()
-conf = gpu.settings(st.get_option("server.address"))
+conf = gpu.settings()
+machine, machine_why = gpu.machine_gpu(status)
 st.caption(f"GPU jobs from this page: {'allowed' if conf.enabled else 'off'} ({conf.why}). A job is refused when "
            f"its predicted GPU time is over {duration(conf.budget_s * 1e3)} (the budget, `job_budget_s` in "
            "`.streamlit/planner.toml`); it runs at most "
            f"{gpu.MAX_CALLS} calls, {gpu.REPEATS} repetitions each, one job per server at a time; **Cancel** stops it "
            "between two repetitions, and the GPU is released however the job ends.")
-if status is None or not conf.enabled:
+if status is None or not conf.enabled or machine is None:
     if status is None:
         st.warning("No CUDA GPU on this server, so nothing is measured here. Run the calls on a GPU machine and "
                    "upload the result below.")
-    else:
+    elif not conf.enabled:
         st.warning(md(f"This server has a CUDA GPU ({status['name']}), but GPU jobs from the browser are off: "
                       f"{conf.why}. Run the calls with the command below and upload the result."))
+    else:
+        st.error(md(f"GPU jobs are refused here: {machine_why}. Run the calls with the command below on a GPU the "
+                    "catalog knows and upload the result."))
     csv_text = pd.DataFrame(rows).to_csv(index=False)
     st.download_button("Download these calls (plan_calls.csv)", data=csv_text, file_name="plan_calls.csv",
                        mime="text/csv", key="validate_download_calls", on_click="ignore")
@@ -54,13 +58,16 @@ if status is None or not conf.enabled:
 else:
     st.success(md(f"CUDA GPU: {status['name']}, {status['free_bytes'] / GIB:,.1f} GiB free of "
                   f"{status['total_bytes'] / GIB:,.1f} GiB."))
-    guarded = gpu.guard(calls, catalog_gpu, status["free_bytes"])
+    machine_entry = get_gpu(machine)  # the guard and the budget: the GPU the job runs on, not the plan's
+    guarded = gpu.guard(calls, machine_entry, status["free_bytes"])
     st.dataframe(guarded[["backend", "q_len", "kv_len", "mode", "predicted_backend", "allowed", "blocked_because"]],
                  hide_index=True, width="stretch", key="validate_guard")
     predicted_s = gpu.predicted_job_s(guarded)
     over = predicted_s > conf.budget_s
-    st.caption(md(f"Predictions use the catalog's {catalog_gpu.name} entry ({catalog_gpu.label}). Predicted GPU time "
-                  f"of this job: {duration(predicted_s * 1e3)} (budget {duration(conf.budget_s * 1e3)})."))
+    plan_gpu = "" if machine == catalog_gpu.name else f"; the plan's {catalog_gpu.name} is not the GPU that runs it"
+    st.caption(md(f"The guard and the predictions use this server's GPU, the catalog's {machine_entry.name} entry "
+                  f"({machine_entry.label}){plan_gpu}. Predicted GPU time of this job: {duration(predicted_s * 1e3)} "
+                  f"(budget {duration(conf.budget_s * 1e3)})."))
     if over:
         st.error(md(f"This job is predicted to take {duration(predicted_s * 1e3)}, over the budget of "
                     f"{duration(conf.budget_s * 1e3)}: make n or the batch smaller, or raise job_budget_s."))
@@ -84,6 +91,7 @@ else:
             st.warning("Cancelled; the GPU is free again.")
         else:
             st.session_state["validate_result"] = measured
+            st.session_state["validate_result_gpu"] = machine
 
 uploaded = st.file_uploader("…or upload a validation CSV (from `python -m validation run`)", type=["csv"],
                             key="validate_upload")
@@ -93,20 +101,24 @@ wanted = None if override == "from the data" else override
 if uploaded is not None:
     try:
         data = uploads.read_bytes(uploaded, uploads.CSV_MAX_BYTES, "validation CSV")
-        table, compare_gpu, torch_version, said, data_gpu = cached.validation_table(data, wanted)
+        with st.spinner("Comparing the file with the prediction (once per file)..."):
+            table, compare_gpu, torch_version, said, data_gpu, notes = cached.validation_table(data, wanted)
     except ValueError as exc:
         st.error(md(f"Cannot use this file: {one_line(exc)}"))
         st.stop()  # the previous file's result is not shown
+    for note in notes:
+        st.warning(md(note))
     st.caption(md(f"The data says: {said}" + (f" (catalog: {data_gpu})" if data_gpu else
                                                " (no catalog GPU matches it)") + "."))
 else:
     result = st.session_state.get("validate_result")
     if result is None or result.empty:
         st.stop()
-    compare_gpu = wanted or inputs.gpu
+    compare_gpu = wanted or st.session_state.get("validate_result_gpu") or inputs.gpu
     torch_version = None
     table = gpu.compare(result, get_gpu(compare_gpu), estimate=cached.estimate)
-shown = [c for c in ("id", "backend", "ran_backend", "predicted_backend", "status", "q_len", "kv_len", "mode",
+shown = [c for c in ("csv_line", "id", "backend", "ran_backend", "predicted_backend", "status", "q_len", "kv_len",
+                     "mode",
                      "measured_peak_extra_bytes", "peak_extra_bytes", "relative_error", "within_tolerance",
                      "predicted_peak_extra_bytes",
                      "rel_err_peak", "peak_within_tol", "measured_time_ms", "n_kernels", "device_name", "error")

@@ -147,8 +147,12 @@ def simulate(workload: Workload, memory: EngineMemory, pricer: StepPricer, confi
         tl_wait.append(len(pool.waiting))
         tl_blocks.append(memory.num_blocks - pool.free)
     stride = max(1, -(-len(tl_t) // TIMELINE_POINTS))
-    timeline = {"time_s": tl_t[::stride], "running": tl_run[::stride], "waiting": tl_wait[::stride],
-                "kv_blocks_used": tl_blocks[::stride]}
+    keep = list(range(0, len(tl_t), stride))
+    if keep[-1] != len(tl_t) - 1:
+        keep.append(len(tl_t) - 1)  # the last step (the pool empty again) is always shown
+    timeline = {"time_s": [tl_t[k] for k in keep], "running": [tl_run[k] for k in keep],
+                "waiting": [tl_wait[k] for k in keep], "kv_blocks_used": [tl_blocks[k] for k in keep],
+                "num_blocks": memory.num_blocks}
     return Simulation(
         arrival_s=tuple(arrival), first_token_s=tuple(first.tolist()), finish_s=tuple(finish.tolist()),
         prompt_tokens=tuple(prompt.tolist()), output_tokens=tuple(output.tolist()),

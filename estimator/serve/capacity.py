@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from estimator.hardware import get_gpu
 from estimator.model.inputs import PlanInputs
 from estimator.serve.engines import EngineConfig, ResolvedConfig, resolve_config
 from estimator.serve.memory import EngineMemory, engine_memory, forward_activation_bytes
@@ -61,9 +62,11 @@ class ServeInputs:
 
 def prepare(inputs: ServeInputs) -> tuple[ResolvedConfig, EngineMemory, StepPricer]:
     wl = inputs.workload
+    gpu = get_gpu(inputs.plan.gpu)
     config = resolve_config(inputs.engine, wl.max_sequence_tokens, num_requests=len(wl),
                             hint_tokens=max(r.prompt_tokens for r in wl.requests)
-                            + max(r.output_tokens for r in wl.requests))
+                            + max(r.output_tokens for r in wl.requests),
+                            gpu_memory_bytes=gpu.memory_bytes, gpu_name=gpu.name, tp=inputs.plan.tp)
     plan = replace(inputs.plan, seq_len=config.max_model_len, batch=1, mode="inference", gpus=inputs.plan.tp)
     memory = engine_memory(plan, config)
     pricer = StepPricer(plan, memory, cuda_graphs=config.cuda_graphs)

@@ -149,6 +149,7 @@ class ResolvedConfig:
     safety_margin: float  # hf-cb: no new prefill while free blocks < margin · num_blocks (after the first)
     hint_tokens: int = 0  # hf-cb generate_batch's WorkloadHints: longest prompt + max_new_tokens
     tp: int = 1
+    capacity_bytes: int | None = None  # total device memory when it differs from the catalog's (a logged figure)
 
 
 GIB = 1 << 30

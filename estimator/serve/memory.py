@@ -86,6 +86,12 @@ class EngineMemory:
         return n * self.full_groups + (min(n, self.window_blocks) * self.sliding_groups if self.sliding_groups else 0)
 
 
+def _gpu(inputs: PlanInputs, config: ResolvedConfig):
+    """The catalog GPU, with the total memory a log reported where the config carries one."""
+    gpu = get_gpu(inputs.gpu)
+    return gpu if config.capacity_bytes is None else replace(gpu, memory_bytes=int(config.capacity_bytes))
+
+
 def _kv_element_bytes(inputs: PlanInputs, config: ResolvedConfig) -> float:
     kv = config.kv_dtype or inputs.dtype
     return KV_DTYPE_BITS[kv] / 8
@@ -148,7 +154,7 @@ def _hf_cb(inputs: PlanInputs, config: ResolvedConfig, available_bytes: int | No
     if config.kv_dtype and config.kv_dtype != inputs.dtype:
         raise ValueError(f"kv_dtype: hf-cb keeps the cache in the model dtype ({inputs.dtype}); "
                          f"{config.kv_dtype} is not supported")
-    gpu = get_gpu(inputs.gpu)
+    gpu = _gpu(inputs, config)
     es = DTYPE_BITS[inputs.dtype] // 8
     a = c = es
     kv_heads = m.kv_heads // tp if m.kv_heads % tp == 0 else m.kv_heads  # cache.py: kv heads split when TP'ed
@@ -264,7 +270,7 @@ def _per_token_kv(inputs: PlanInputs, config: ResolvedConfig) -> tuple[int, floa
 def _pooled(inputs: PlanInputs, config: ResolvedConfig, *, engine: str, kv_budget: int, available: int,
             activation: int, reserved: int, rule: str, source: str, groups_apply: bool) -> EngineMemory:
     m = inputs.model
-    gpu = get_gpu(inputs.gpu)
+    gpu = _gpu(inputs, config)
     elements, kv_es = _per_token_kv(inputs, config)
     weights = _weights(inputs)
     if groups_apply:
@@ -297,7 +303,7 @@ def _vllm(inputs: PlanInputs, config: ResolvedConfig) -> EngineMemory:
     the non-torch increase since the worker's first snapshot). The CUDA context predates that snapshot: it is not
     subtracted (it lives in the 1 - utilization margin), nor are the CUDA graphs, captured after the pool exists.
     Non-torch memory (NCCL buffers under tp) is taken as 0 here."""
-    gpu = get_gpu(inputs.gpu)
+    gpu = _gpu(inputs, config)
     weights = _weights(inputs)
     activation = forward_activation_bytes(inputs, config.max_batch_tokens, "flash-attn",
                                           min(config.max_seqs, config.max_batch_tokens))
@@ -321,7 +327,7 @@ def sglang_mem_fraction_static(inputs: PlanInputs, config: ResolvedConfig) -> fl
     the device memory in MiB."""
     from estimator.serve.engines import sglang_defaults
 
-    gpu = get_gpu(inputs.gpu)
+    gpu = _gpu(inputs, config)
     mib = gpu.memory_bytes / (1 << 20)
     _, graph_bs = sglang_defaults(gpu.memory_bytes, inputs.tp)
     reserved = 512 + max(config.max_batch_tokens, 2048) * 1.5 + graph_bs * 2 + inputs.tp * 1 / 8 * 1024
@@ -334,7 +340,7 @@ def _sglang(inputs: PlanInputs, config: ResolvedConfig) -> EngineMemory:
     """SGLang (python/sglang/srt/model_executor/model_runner.py profile_max_num_token): rest = free memory after
     loading - free memory before loading · (1 - mem_fraction_static); max_total_num_tokens = rest / cell_size,
     cell_size the KV bytes of one token over every layer (one-token pages)."""
-    gpu = get_gpu(inputs.gpu)
+    gpu = _gpu(inputs, config)
     weights = _weights(inputs)
     fraction = config.memory_fraction if config.memory_fraction is not None else sglang_mem_fraction_static(inputs,
                                                                                                             config)
@@ -356,7 +362,7 @@ def _trtllm(inputs: PlanInputs, config: ResolvedConfig) -> EngineMemory:
     """TensorRT-LLM PyTorch backend (tensorrt_llm/_torch/pyexecutor/_util.py KvCacheCreator.configure_kv_cache_capacity
     and _cal_max_memory): after the weights and a dry run of dummy requests, free_gpu_memory_fraction of
     (total - peak) goes to the KV cache, max_tokens = that / the KV bytes of one token."""
-    gpu = get_gpu(inputs.gpu)
+    gpu = _gpu(inputs, config)
     weights = _weights(inputs)
     activation = forward_activation_bytes(inputs, config.max_batch_tokens, "flash-attn", config.max_seqs)
     # _cal_max_memory: (total - peak) x fraction, peak = torch peak of the dry run (weights, activations) + the

@@ -3,7 +3,8 @@ workload, the targets) -> `serve()` -> `ServeResult` (estimator/serve/result.py)
 
 API (stable):
 - `ServeInputs(plan=, engine=, workload=, targets=, price_per_gpu_hour=)`.
-- `serve(inputs, progress=None)` -> ServeResult for one replica (tp GPUs) taking the whole workload.
+- `serve(inputs, progress=None, time_budget_s=None)` -> ServeResult for one replica (tp GPUs) taking the whole
+  workload.
 - `prepare(inputs)` -> (ResolvedConfig, EngineMemory, StepPricer): the engine as it starts, for the sizing and the
   app (no simulation).
 """
@@ -73,10 +74,11 @@ def prepare(inputs: ServeInputs) -> tuple[ResolvedConfig, EngineMemory, StepPric
     return config, memory, pricer
 
 
-def serve(inputs: ServeInputs, progress=None) -> ServeResult:
-    """Simulate one replica serving the workload (see the module docstring)."""
+def serve(inputs: ServeInputs, progress=None, time_budget_s: float | None = None) -> ServeResult:
+    """Simulate one replica serving the workload (see the module docstring). `time_budget_s` bounds the
+    simulation's wall time (estimator/serve/simulate.py)."""
     config, memory, pricer = prepare(inputs)
-    sim = simulate(inputs.workload, memory, pricer, config, progress=progress)
+    sim = simulate(inputs.workload, memory, pricer, config, progress=progress, time_budget_s=time_budget_s)
     ttft, tpot, e2e = request_latencies(sim)
     span_s = max(sim.finish_s) - min(sim.arrival_s)
     out_tokens = sum(sim.output_tokens)

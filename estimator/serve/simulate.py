@@ -11,6 +11,7 @@ seconds, the timeline of KV occupancy and queue length, step count, preemptions)
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,9 +48,11 @@ class Simulation:
 
 
 def simulate(workload: Workload, memory: EngineMemory, pricer: StepPricer, config: ResolvedConfig,
-             progress=None) -> Simulation:
+             progress=None, time_budget_s: float | None = None) -> Simulation:
     """Run the engine's step loop over the workload (see the module docstring). `progress(fraction)` is called
-    now and then with the share of requests finished."""
+    now and then with the share of requests finished. `time_budget_s` bounds the wall time (a ValueError naming
+    `requests` past it); the step count is bounded by MAX_STEPS and the timeline's memory by thinning it as it
+    grows."""
     reqs = workload.requests
     n = len(reqs)
     arrival = [r.arrival_s for r in reqs]
@@ -75,8 +78,13 @@ def simulate(workload: Workload, memory: EngineMemory, pricer: StepPricer, confi
     tl_t, tl_run, tl_wait, tl_blocks = [], [], [], []
     max_q = max_k = max_run = 0
     report_every = max(1, n // 100)
+    started = time.monotonic()
+    keep_every = 1  # the timeline keeps one step in keep_every (doubled whenever it grows past 4x its size)
     comp, targ, gen = pool.comp, pool.targ, pool.gen
     while done < n:
+        if time_budget_s is not None and steps % 256 == 0 and time.monotonic() - started > time_budget_s:
+            raise ValueError(f"requests: simulating {n:,} requests took more than {time_budget_s:g} s "
+                             f"({done:,} finished); shorten the workload")
         if steps >= MAX_STEPS:
             raise ValueError(f"requests: the simulation passed {MAX_STEPS:,} engine steps; shorten the workload")
         while nxt < n and arrival[nxt] <= t:
@@ -142,10 +150,14 @@ def simulate(workload: Workload, memory: EngineMemory, pricer: StepPricer, confi
             if progress is not None and done // report_every != before // report_every:
                 progress(done / n)
         max_run = max(max_run, len(pool.running))
-        tl_t.append(t)
-        tl_run.append(len(pool.running))
-        tl_wait.append(len(pool.waiting))
-        tl_blocks.append(memory.num_blocks - pool.free)
+        if steps % keep_every == 0 or done == n:
+            tl_t.append(t)
+            tl_run.append(len(pool.running))
+            tl_wait.append(len(pool.waiting))
+            tl_blocks.append(memory.num_blocks - pool.free)
+            if len(tl_t) > 4 * TIMELINE_POINTS:
+                tl_t, tl_run, tl_wait, tl_blocks = tl_t[::2], tl_run[::2], tl_wait[::2], tl_blocks[::2]
+                keep_every *= 2
     stride = max(1, -(-len(tl_t) // TIMELINE_POINTS))
     keep = list(range(0, len(tl_t), stride))
     if keep[-1] != len(tl_t) - 1:

@@ -3,7 +3,8 @@
 - `max_rate(inputs)`: the highest request rate one replica sustains within the targets, found by scaling the
   workload's arrival times (same requests, same order, arrivals divided by a factor) and bisecting on the factor;
   assumes latency does not fall as the rate rises (tests/test_serve_properties.py checks it on the model).
-- `rate_sweep(inputs, rates)`: throughput and P99 latencies at each rate (the knee chart).
+- `rate_sweep(inputs, rates)`: throughput and P99 latencies at each rate (the knee chart); `knee_rate(points, ...)`
+  the rate where throughput stops following the offered load.
 - `size_fleet(inputs, gpus=None, tps=(1, 2, 4, 8))`: for each catalog GPU, the fewest GPUs (replicas x tp) that
   meet the targets at the workload's own rate, replicas splitting the rate evenly; cost per million output tokens
   only from the user's `price_per_gpu_hour`. An honest empty answer (with the reason per GPU) when nothing meets it.
@@ -48,6 +49,16 @@ def rate_sweep(inputs: ServeInputs, rates) -> list[dict]:
                        "throughput_output_tokens_per_s": r.throughput_output_tokens_per_s,
                        "meets_targets": r.meets_targets})
     return points
+
+
+def knee_rate(points: list[dict], output_tokens_per_request: float, share: float = 0.9) -> float | None:
+    """The knee of a `rate_sweep`: the lowest rate whose output throughput falls under `share` of what the rate
+    offers (rate x output tokens per request), i.e. where the replica stops keeping up and the queue grows;
+    None if it keeps up at every swept rate."""
+    for p in sorted(points, key=lambda p: p["rate_per_s"]):
+        if p["throughput_output_tokens_per_s"] < share * p["rate_per_s"] * output_tokens_per_request:
+            return p["rate_per_s"]
+    return None
 
 
 def max_rate(inputs: ServeInputs, max_probes: int = MAX_PROBES) -> dict:

@@ -44,6 +44,8 @@ GRID_PER_OCTAVE = 4
 # calibration's launch floor (one kernel launch) times 10 (input ids, positions, slot mapping, block table, sampling
 # tensors copied before the replay): an assumption, no engine's own figure.
 GRAPH_STEP_LAUNCHES = 10
+HF_Q_PADDING = 64  # transformers 5.17 continuous_batching/initialization.py FALLBACK_DEFAULTS q_padding_interval_size
+HF_KV_PADDING = 64 * 256  # kv_padding_interval_size
 
 
 def grid_up(x: int) -> int:
@@ -181,10 +183,18 @@ class StepPricer:
         if q_tokens <= 0:
             return 0.0
         m = self.inputs.model
+        if self.masked and self.cuda_graphs:
+            # hf-cb with CUDA graphs replays shapes padded to intervals (transformers 5.17 model_runner.py
+            # maybe_pad_inputs, utils.py pad_to_interval; initialization.py FALLBACK_DEFAULTS: q to 64 tokens, the
+            # keys read to 16384, capped at max_batch_tokens and the cache's pages)
+            read = max(masked_kv_tokens - q_tokens, 0)
+            q_tokens = min(-(-q_tokens // HF_Q_PADDING) * HF_Q_PADDING, self.memory.max_batch_tokens)
+            read = min(-(-read // HF_KV_PADDING) * HF_KV_PADDING if read else HF_KV_PADDING,
+                       self.memory.num_blocks * self.memory.block_size)
+            masked_kv_tokens = q_tokens + read
         gpu_ms, host_ms, kernels = self._linear_part(q_tokens, max(1, logit_rows))
         if self.masked:
             core = self._call_ms(q_tokens, max(masked_kv_tokens, q_tokens), False)
-            # reading the cache into the contiguous k, v the call takes (index_select over the read pages)
             # transformers 5.17 integrations/sdpa_paged.py: cache.update gathers the read pages and the new
             # tokens into one k and one v (index_select), repeat_kv copies them to every query head (GQA)
             elements = masked_kv_tokens * self.kv_bytes_per_token_layer / passes.element_bytes(self.dtype)

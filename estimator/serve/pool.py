@@ -39,6 +39,8 @@ class Pool:
         self.running: dict[int, None] = {}  # admission order (a dict: ordered, O(1) removal)
         self.waiting: deque[int] = deque()
         self._arr: np.ndarray | None = None
+        self.block_new = False  # hf-cb: no waiting request is a candidate after an eviction until one finishes
+        self.last_need = 0  # physical blocks the last failed grow() asked for
 
     # --- the running list as an array (rebuilt only when the list changed)
     def running_array(self) -> np.ndarray:
@@ -83,6 +85,7 @@ class Pool:
                 return True
         need = int(self._physical(new, have))
         if need > self.free:
+            self.last_need = need
             return False
         self.free -= need
         self.blocks[i] += need

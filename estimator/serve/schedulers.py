@@ -9,7 +9,8 @@ pass could not take them all). The rules, with their source files:
   requests (or the batch's first request) are taken; a failed allocation skips the request (and stops the loop at a
   waiting request when no block is free). When nothing could be scheduled, or running requests starved,
   continuous_api.py prepare_next_batch evicts through offloading_manager.py offload_requests: newest starved
-  first, never the last active one, requeued oldest first (cpu_offload_space 0: their cache is dropped).
+  first, never the last active one, requeued at the back oldest first (cpu_offload_space 0: their cache is
+  dropped), and no waiting request is taken again until a request finishes (block_new_requests).
 - vLLM (vllm/v1/core/sched/scheduler.py Scheduler.schedule): running requests in order, each its decode token or
   its next prefill chunk within max_num_batched_tokens; when a block cannot be allocated the newest running request
   is preempted (recompute) until it can; then waiting requests in order while nothing was preempted, within
@@ -53,13 +54,16 @@ def schedule_hf(pool: Pool, max_tokens: int, max_seqs: int, margin_blocks: float
         dec, split = _split(pool)
         budget, seqs = max_tokens, max_seqs
         fast = EMPTY
+        # scheduler.py: waiting requests are candidates unless an eviction blocked new requests (cleared by
+        # continuous_api.py update_batch when a request finishes)
+        waiting = [] if pool.block_new else list(islice(pool.waiting, max_seqs))
         if not prefill_first and len(dec) <= min(budget, seqs) and pool.grow_decoders(dec):
             fast, budget, seqs = dec, budget - len(dec), seqs - len(dec)
-            candidates = list(split) + list(islice(pool.waiting, max_seqs))
+            candidates = list(split) + waiting
         elif not prefill_first:
-            candidates = list(dec) + list(split) + list(islice(pool.waiting, max_seqs))
+            candidates = list(dec) + list(split) + waiting
         else:
-            candidates = list(split) + list(dec) + list(islice(pool.waiting, max_seqs))
+            candidates = list(split) + list(dec) + waiting
         items, failed, starved = _hf_candidates(pool, candidates, budget, seqs, margin_blocks, len(fast) > 0)
         if len(fast) or items or not failed:
             if starved:
@@ -73,7 +77,7 @@ def schedule_hf(pool: Pool, max_tokens: int, max_seqs: int, margin_blocks: float
 def _hf_candidates(pool: Pool, candidates, budget: int, seqs: int, margin_blocks: float, started: bool):
     items: list[tuple[int, int]] = []
     failed = False
-    starved: list[int] = []
+    starved: list[tuple[int, int]] = []  # (request, physical blocks it asked for)
     running = pool.running
     for i in candidates:
         i = int(i)
@@ -85,7 +89,7 @@ def _hf_candidates(pool: Pool, candidates, budget: int, seqs: int, margin_blocks
         if not pool.grow(i, length):
             failed = True
             if active:
-                starved.append(i)
+                starved.append((i, pool.last_need))
             elif pool.free == 0:
                 break
             continue
@@ -100,23 +104,29 @@ def _hf_candidates(pool: Pool, candidates, budget: int, seqs: int, margin_blocks
     return items, failed, starved
 
 
-def _hf_evict(pool: Pool, starved: list[int], exclude: set) -> int:
-    """offloading_manager.py offload_requests (see the module docstring)."""
-    starved = [i for i in starved if i not in exclude]
+def _hf_evict(pool: Pool, starved: list[tuple[int, int]], exclude: set) -> int:
+    """offloading_manager.py offload_requests: victims taken from the starved requests, newest first, until the
+    remaining starved requests' demand fits in the free blocks (never the last active request); each victim's cache
+    is dropped (cpu_offload_space 0: create_equivalent_initial_request, prompt + generated tokens to recompute) and
+    it is requeued at the back of the queue, oldest first (scheduler.py add_waiting_request); new requests are then
+    blocked until a request finishes."""
+    starved = [(i, need) for i, need in starved if i not in exclude]
     free = pool.free
-    groups = max(1, pool.full_g + pool.slide_g)
-    demand = groups * len(starved)
+    demand = sum(need for _, need in starved)
     victims = []
     while demand > free and starved and len(pool.running) - len(victims) > 1:
-        i = starved.pop()
+        i, need = starved.pop()
         victims.append(i)
-        demand -= groups
+        demand -= need
         free += int(pool.blocks[i])
+    if not victims:
+        return 0
+    victims.reverse()
     for i in victims:
         pool.reset(i)
     pool.drop(victims)
-    for i in victims:  # the newest was popped first: appendleft leaves the oldest at the head
-        pool.waiting.appendleft(i)
+    pool.waiting.extend(victims)
+    pool.block_new = True
     return len(victims)
 
 

@@ -142,6 +142,7 @@ def simulate(workload: Workload, memory: EngineMemory, pricer: StepPricer, confi
         touched = np.concatenate([dec, pre]) if len(pre) else dec
         finished = touched[gen[touched] >= output[touched]] if len(touched) else EMPTY
         if len(finished):
+            pool.block_new = False  # continuous_api.py update_batch: a finished request unblocks new ones
             finish[finished] = t
             pool.release(finished)
             pool.drop(finished.tolist())

@@ -134,3 +134,17 @@ def test_a_request_longer_than_the_pool_is_one_line():
     wl = Workload(requests=(Request(request_id=0, arrival_s=0.0, prompt_tokens=50_000, output_tokens=10),))
     with pytest.raises(ValueError, match="^num_blocks: request 0 "):
         serve(inputs("vllm", workload=wl, num_blocks=100))
+
+
+@pytest.mark.parametrize("engine", ["hf-cb", "vllm"])
+def test_sliding_layers_read_only_their_window(engine):
+    """Gemma-2 (every other layer a 4096 window): a decode step over a 20,000-token cache costs less when the
+    sliding layers read their window only, and a full-attention model's step does not change."""
+    wl = Workload(requests=(Request(request_id=0, arrival_s=0.0, prompt_tokens=20_000, output_tokens=2),))
+    _, _, pricer = prepare(inputs(engine, model="gemma-2-9b", workload=wl))
+    whole = pricer.step_ms(1, 1, 20_000, [], 20_001)
+    windowed = pricer.step_ms(1, 1, 20_000, [], 20_001, decode_window_kv_tokens=4095, masked_window_kv_tokens=4096)
+    assert windowed < whole
+    _, _, llama = prepare(inputs(engine, workload=wl))
+    assert llama.sliding_layers == 0
+    assert llama.step_ms(1, 1, 20_000, [], 20_001, 4095, 4096) == llama.step_ms(1, 1, 20_000, [], 20_001)

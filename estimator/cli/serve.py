@@ -164,7 +164,8 @@ def format_table(d: dict) -> str:
              f"  KV pool {d['kv_cache_bytes'] / gib:.2f} GiB = {d['num_blocks']:,} blocks x {d['block_size']} tokens "
              f"({d['kv_cache_tokens']:,} tokens); max_batch_tokens {d['max_batch_tokens']:,}; max_seqs "
              f"{d['max_seqs']:,}",
-             f"  peak {d['peak_bytes'] / gib:.2f} GiB of {d['capacity_bytes'] / gib:.2f} GiB per GPU",
+             f"  peak {d['peak_bytes'] / gib:.2f} GiB of {d['capacity_bytes'] / gib:.2f} GiB per GPU"
+             + ("" if d["fits"] else " (the run would run out of memory: the largest step does not fit)"),
              f"  throughput {d['throughput_output_tokens_per_s']:,.1f} output tokens/s "
              f"({d['throughput_tokens_per_s']:,.1f} tokens/s in all)"]
     for key in ("ttft_ms", "tpot_ms", "e2e_ms"):

@@ -81,6 +81,7 @@ def simulate(workload: Workload, memory: EngineMemory, pricer: StepPricer, confi
     started = time.monotonic()
     keep_every = 1  # the timeline keeps one step in keep_every (doubled whenever it grows past 4x its size)
     comp, targ, gen = pool.comp, pool.targ, pool.gen
+    window = pricer.window if pricer.sliding_layers else 0
     while done < n:
         if time_budget_s is not None and steps % 256 == 0 and time.monotonic() - started > time_budget_s:
             raise ValueError(f"requests: simulating {n:,} requests took more than {time_budget_s:g} s "
@@ -115,13 +116,18 @@ def simulate(workload: Workload, memory: EngineMemory, pricer: StepPricer, confi
             pre, pre_toks, pre_comp = ids[~is_dec], toks[~is_dec], c_items[~is_dec]
         else:
             pre = pre_toks = pre_comp = EMPTY
-        decode_kv = int(comp[dec].sum()) if len(dec) else 0
+        dec_comp = comp[dec] if len(dec) else EMPTY
+        decode_kv = int(dec_comp.sum())
         completes = (pre_comp + pre_toks) >= targ[pre]
         q = len(dec) + int(pre_toks.sum())
         rows = len(dec) + int(completes.sum())
         chunks = list(zip(pre_toks.tolist(), pre_comp.tolist()))
         masked_kv = decode_kv + int(pre_comp.sum()) + q
-        dt = pricer.step_ms(q, rows, decode_kv, chunks, masked_kv) / 1e3
+        win_dec = win_masked = None
+        if window:  # sliding layers read at most window - 1 cached tokens a request
+            win_dec = int(np.minimum(dec_comp, window - 1).sum())
+            win_masked = win_dec + int(np.minimum(pre_comp, window - 1).sum()) + q
+        dt = pricer.step_ms(q, rows, decode_kv, chunks, masked_kv, win_dec, win_masked) / 1e3
         t += dt
         busy += dt
         steps += 1

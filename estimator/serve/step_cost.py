@@ -125,6 +125,10 @@ class StepPricer:
             inputs.gpu, self.hq, self.hq if self.masked else self.hk, m.head_dim, self.dtype, self.attn_backend,
             inputs.torch_version, self._q_grid, self._k_grid, self.masked)
         self.kv_bytes_per_token_layer = memory.kv_read_bytes_per_token
+        windows = inputs.windows
+        self.window = max((w for w in windows if w is not None), default=0)
+        self.sliding_layers = sum(1 for w in windows if w is not None)
+        self.full_layers = m.layers - self.sliding_layers
 
     # --- the parts, memoised on the grid
     def _linear_part(self, tokens: int, rows: int) -> tuple[float, float, int]:
@@ -176,39 +180,55 @@ class StepPricer:
 
     # --- one step
     def step_ms(self, q_tokens: int, logit_rows: int, decode_kv_tokens: int,
-                prefill_chunks: list[tuple[int, int]], masked_kv_tokens: int = 0) -> float:
+                prefill_chunks: list[tuple[int, int]], masked_kv_tokens: int = 0,
+                decode_window_kv_tokens: int | None = None, masked_window_kv_tokens: int | None = None) -> float:
         """Wall ms of one step: `q_tokens` new tokens in the forward, `logit_rows` of them produce a token,
         decode rows read `decode_kv_tokens` cached tokens in all, `prefill_chunks` are (chunk tokens, cached tokens
-        before the chunk); for hf-cb's masked path `masked_kv_tokens` is the K of its one packed call."""
+        before the chunk); for hf-cb's masked path `masked_kv_tokens` is the K of its one packed call. Sliding-window
+        layers read at most window - 1 cached tokens a request: `decode_window_kv_tokens` and
+        `masked_window_kv_tokens` are those sums (None: the same as the full ones, no sliding layers)."""
         if q_tokens <= 0:
             return 0.0
         m = self.inputs.model
+        win_dec = decode_kv_tokens if decode_window_kv_tokens is None else decode_window_kv_tokens
+        win_masked = masked_kv_tokens if masked_window_kv_tokens is None else masked_window_kv_tokens
         if self.masked and self.cuda_graphs:
             # hf-cb with CUDA graphs replays shapes padded to intervals (transformers 5.17 model_runner.py
             # maybe_pad_inputs, utils.py pad_to_interval; initialization.py FALLBACK_DEFAULTS: q to 64 tokens, the
             # keys read to 16384, capped at max_batch_tokens and the cache's pages)
-            read = max(masked_kv_tokens - q_tokens, 0)
-            q_tokens = min(-(-q_tokens // HF_Q_PADDING) * HF_Q_PADDING, self.memory.max_batch_tokens)
-            read = min(-(-read // HF_KV_PADDING) * HF_KV_PADDING if read else HF_KV_PADDING,
-                       self.memory.num_blocks * self.memory.block_size)
-            masked_kv_tokens = q_tokens + read
+            padded_q = min(-(-q_tokens // HF_Q_PADDING) * HF_Q_PADDING, self.memory.max_batch_tokens)
+
+            def pad(k: int) -> int:
+                read = max(k - q_tokens, 0)
+                read = min(-(-read // HF_KV_PADDING) * HF_KV_PADDING if read else HF_KV_PADDING,
+                           self.memory.num_blocks * self.memory.block_size)
+                return padded_q + read
+
+            masked_kv_tokens, win_masked, q_tokens = pad(masked_kv_tokens), pad(win_masked), padded_q
         gpu_ms, host_ms, kernels = self._linear_part(q_tokens, max(1, logit_rows))
-        if self.masked:
-            core = self._call_ms(q_tokens, max(masked_kv_tokens, q_tokens), False)
-            # transformers 5.17 integrations/sdpa_paged.py: cache.update gathers the read pages and the new
-            # tokens into one k and one v (index_select), repeat_kv copies them to every query head (GQA)
-            elements = masked_kv_tokens * self.kv_bytes_per_token_layer / passes.element_bytes(self.dtype)
-            gather = self.kern.mem_ms("copy", elements, self.dtype)[0]
-            repeat = (self.kern.mem_ms("copy", elements * self.hq / self.hk, self.dtype)[0]
-                      if self.hq > self.hk else 0.0)
-            attn_ms = m.layers * (core + gather + repeat)
-        else:
+        attn_ms = 0.0
+        for layers, windowed in ((self.full_layers, False), (self.sliding_layers, True)):
+            if not layers:
+                continue
+            if self.masked:
+                K = win_masked if windowed else masked_kv_tokens
+                core = self._call_ms(q_tokens, max(K, q_tokens), False)
+                # transformers 5.17 integrations/sdpa_paged.py: cache.update gathers the read pages and the new
+                # tokens into one k and one v (index_select), repeat_kv copies them to every query head (GQA)
+                elements = K * self.kv_bytes_per_token_layer / passes.element_bytes(self.dtype)
+                gather = self.kern.mem_ms("copy", elements, self.dtype)[0]
+                repeat = (self.kern.mem_ms("copy", elements * self.hq / self.hk, self.dtype)[0]
+                          if self.hq > self.hk else 0.0)
+                attn_ms += layers * (core + gather + repeat)
+                continue
             core = 0.0
-            if decode_kv_tokens:
-                core += self.kern.decode_attention_ms("flash", decode_kv_tokens * self.kv_bytes_per_token_layer)
+            read = win_dec if windowed else decode_kv_tokens
+            if read:
+                core += self.kern.decode_attention_ms("flash", read * self.kv_bytes_per_token_layer)
             for chunk, ctx in prefill_chunks:
-                core += self._call_ms(chunk, ctx + chunk, ctx == 0)
-            attn_ms = m.layers * core
+                seen = min(ctx, self.window - 1) if windowed else ctx
+                core += self._call_ms(chunk, seen + chunk, seen == 0)
+            attn_ms += layers * core
         kernels += 3 * m.layers
         gpu_ms += attn_ms
         if self.cuda_graphs:

@@ -41,6 +41,7 @@ class Pool:
         self._arr: np.ndarray | None = None
         self.block_new = False  # hf-cb: no waiting request is a candidate after an eviction until one finishes
         self.last_need = 0  # physical blocks the last failed grow() asked for
+        self.new_token_ratio = 0.7  # SGLang's admission reserve ratio (estimator/serve/schedulers.py)
 
     # --- the running list as an array (rebuilt only when the list changed)
     def running_array(self) -> np.ndarray:

@@ -17,8 +17,10 @@ pass could not take them all). The rules, with their source files:
   max_num_seqs and the token budget (a prompt split into chunks when chunked prefill is on).
 - SGLang (python/sglang/srt/managers/scheduler.py get_next_batch_to_run, schedule_policy.py PrefillAdder): a
   prefill batch whenever waiting requests can be admitted (chunked at chunked_prefill_size), admission keeping
-  new_token_ratio (0.7) of every admitted request's remaining output tokens in reserve; otherwise one decode batch
-  of every running request; a decode that cannot get a page retracts the newest request (recompute).
+  new_token_ratio x min(remaining output, 4096) tokens of every admitted request in reserve; otherwise one decode
+  batch of every running request. The ratio starts at 0.7, decays by (0.7 - 0.098) / 600 a decode batch down to
+  0.098, and after a retraction is re-estimated as (decoded tokens + 20 x requests) / their output tokens; a decode
+  that cannot get a page retracts the newest request (recompute).
 - TensorRT-LLM GUARANTEED_NO_EVICT (cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp): running requests go
   on; a waiting request is admitted only when the blocks of its whole prompt + output are free beyond what the
   running requests will still need, so nothing is ever evicted.
@@ -35,7 +37,13 @@ import numpy as np
 
 from estimator.serve.pool import Pool
 
-SGLANG_NEW_TOKEN_RATIO = 0.7  # sglang python/sglang/srt/managers/schedule_policy.py SGLANG_INIT_NEW_TOKEN_RATIO
+# sglang python/sglang/srt/environ.py: SGLANG_INIT_NEW_TOKEN_RATIO 0.7, SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14,
+# SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS 600, SGLANG_RETRACT_DECODE_STEPS 20, SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION 4096
+SGLANG_NEW_TOKEN_RATIO = 0.7
+SGLANG_MIN_NEW_TOKEN_RATIO = 0.7 * 0.14
+SGLANG_NEW_TOKEN_RATIO_DECAY = (SGLANG_NEW_TOKEN_RATIO - SGLANG_MIN_NEW_TOKEN_RATIO) / 600
+SGLANG_RETRACT_DECODE_STEPS = 20
+SGLANG_CLIP_MAX_NEW_TOKENS = 4096
 EMPTY = np.zeros(0, dtype=np.int64)
 
 
@@ -189,11 +197,17 @@ def schedule_vllm(pool: Pool, max_tokens: int, max_seqs: int, chunked: bool):
 
 # ------------------------------------------------------------------------------------------------------ SGLang
 
+def _sglang_future(pool: Pool, ids) -> int:
+    """Tokens PrefillAdder keeps in reserve for requests: min(remaining output, CLIP) x new_token_ratio."""
+    remaining = np.minimum(pool.out[ids] - pool.gen[ids], SGLANG_CLIP_MAX_NEW_TOKENS)
+    return int((remaining * pool.new_token_ratio).sum())
+
+
 def schedule_sglang(pool: Pool, max_tokens: int, max_seqs: int):
     dec, split = _split(pool)
     if pool.waiting or len(split):
         ra = pool.running_array()
-        reserve = int(((pool.out[ra] - pool.gen[ra]) * SGLANG_NEW_TOKEN_RATIO).sum()) if len(ra) else 0
+        reserve = _sglang_future(pool, ra) if len(ra) else 0
         budget = max_tokens
         items: list[tuple[int, int]] = []
         for i in split:
@@ -205,7 +219,7 @@ def schedule_sglang(pool: Pool, max_tokens: int, max_seqs: int):
         while pool.waiting and budget > 0 and len(pool.running) < max_seqs:
             i = pool.waiting[0]
             rest = pool.remaining(i)
-            future = int((pool.out[i] - pool.gen[i]) * SGLANG_NEW_TOKEN_RATIO)
+            future = _sglang_future(pool, np.array([i]))
             if pool.free * pool.bs - reserve < rest + future:
                 break
             tokens = min(rest, budget)
@@ -219,8 +233,11 @@ def schedule_sglang(pool: Pool, max_tokens: int, max_seqs: int):
         if items:
             return EMPTY, items
     if pool.grow_decoders(dec):
+        # scheduler.py update_running_batch: the ratio decays towards its minimum with every decode batch
+        pool.new_token_ratio = max(pool.new_token_ratio - SGLANG_NEW_TOKEN_RATIO_DECAY, SGLANG_MIN_NEW_TOKEN_RATIO)
         return dec, []
     items = []
+    retracted = False
     for i in list(dec):  # retract the newest decoding requests until the rest get their page
         i = int(i)
         if i not in pool.running:
@@ -233,11 +250,17 @@ def schedule_sglang(pool: Pool, max_tokens: int, max_seqs: int):
             pool.reset(victim)
             pool.drop([victim])
             pool.waiting.appendleft(victim)
+            retracted = True
             if victim == i:
                 ok = False
                 break
         if ok:
             items.append((i, 1))
+    if retracted:  # schedule_batch.py retract_decode: the ratio re-estimated from the requests that stay
+        ra = pool.running_array()
+        decoded = int(pool.gen[ra].sum()) if len(ra) else 0
+        wanted = int(pool.out[ra].sum()) if len(ra) else 0
+        pool.new_token_ratio = min(1.0, (decoded + SGLANG_RETRACT_DECODE_STEPS * len(ra)) / (wanted + 1))
     return EMPTY, items
 
 

@@ -84,7 +84,9 @@ def serve(inputs: ServeInputs, progress=None, time_budget_s: float | None = None
     out_tokens = sum(sim.output_tokens)
     all_tokens = out_tokens + sum(sim.prompt_tokens)
     t_ttft, t_tpot = percentiles(ttft), percentiles(tpot)
-    peak = _peak_bytes(pricer.inputs, memory, sim.max_batch_tokens_used, sim.max_kv_read_tokens, sim.max_running)
+    # the packed call's largest K: over the full-attention layers, or the sliding ones where every layer slides
+    max_k = sim.max_kv_read_tokens if pricer.full_layers else sim.max_kv_read_window_tokens
+    peak = _peak_bytes(pricer.inputs, memory, sim.max_batch_tokens_used, max_k, sim.max_running)
     settings = {"memory_fraction": config.memory_fraction, "fraction_knob": config.engine.fraction_knob,
                 "block_size": config.block_size, "max_batch_tokens": memory.max_batch_tokens,
                 "num_blocks": memory.num_blocks, "max_seqs": memory.max_seqs, "max_model_len": config.max_model_len,

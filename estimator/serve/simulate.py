@@ -44,6 +44,7 @@ class Simulation:
     timeline: dict = field(hash=False)
     max_batch_tokens_used: int = 0
     max_kv_read_tokens: int = 0  # the largest K of one step (hf-cb: the packed masked call)
+    max_kv_read_window_tokens: int = 0  # the same for the sliding-window layers (0 without them)
     max_running: int = 0
 
 
@@ -76,7 +77,7 @@ def simulate(workload: Workload, memory: EngineMemory, pricer: StepPricer, confi
     t = busy = 0.0
     nxt = done = steps = 0
     tl_t, tl_run, tl_wait, tl_blocks = [], [], [], []
-    max_q = max_k = max_run = 0
+    max_q = max_k = max_kw = max_run = 0
     report_every = max(1, n // 100)
     started = time.monotonic()
     keep_every = 1  # the timeline keeps one step in keep_every (doubled whenever it grows past 4x its size)
@@ -133,6 +134,8 @@ def simulate(workload: Workload, memory: EngineMemory, pricer: StepPricer, confi
         steps += 1
         max_q = max(max_q, q)
         max_k = max(max_k, masked_kv)
+        if win_masked is not None:
+            max_kw = max(max_kw, win_masked)
         # the step's outcome: decoders one more token; prefill chunks cached, a completed one yields a token
         if len(dec):
             comp[dec] += 1
@@ -176,4 +179,5 @@ def simulate(workload: Workload, memory: EngineMemory, pricer: StepPricer, confi
         arrival_s=tuple(arrival), first_token_s=tuple(first.tolist()), finish_s=tuple(finish.tolist()),
         prompt_tokens=tuple(prompt.tolist()), output_tokens=tuple(output.tolist()),
         preemptions=tuple(pool.preempted.tolist()), steps=steps, busy_s=busy, timeline=timeline,
-        max_batch_tokens_used=max_q, max_kv_read_tokens=max_k, max_running=max_run)
+        max_batch_tokens_used=max_q, max_kv_read_tokens=max_k, max_kv_read_window_tokens=max_kw,
+        max_running=max_run)

@@ -27,7 +27,7 @@ def inputs(engine="vllm", model="llama-3-8b", gpu="h200", tp=1, workload=None, *
 def test_every_request_finishes_with_consistent_times(engine):
     r = serve(inputs(engine))
     sim = r.simulation
-    for a, f, z in zip(sim.arrival_s, sim.first_token_s, sim.finish_s):
+    for a, f, z in zip(sim.arrival_s, sim.first_token_s, sim.finish_s, strict=True):
         assert a <= f <= z
     assert sim.timeline["kv_blocks_used"][-1] == 0  # the last step's finisher freed the pool
     assert r.ttft_ms["p50"] <= r.ttft_ms["p90"] <= r.ttft_ms["p99"]

@@ -15,8 +15,10 @@ from estimator.serve.result import Targets
 from estimator.serve.sizing import knee_rate, max_rate, rate_sweep, size_fleet
 from estimator.serve.workload import synthetic_workload
 
+TARGETS = Targets(ttft_p99_ms=1500, tpot_p99_ms=60)
 
-def inputs(rate=4.0, targets=Targets(ttft_p99_ms=1500, tpot_p99_ms=60), price=None, gpu="h200", tp=1,
+
+def inputs(rate=4.0, targets=TARGETS, price=None, gpu="h200", tp=1,
            model="llama-3-8b", requests=80):
     wl = synthetic_workload(rate_per_s=rate, requests=requests, prompt_tokens="uniform:200:1200", output_tokens=48,
                             seed=5)

@@ -225,7 +225,8 @@ def _hf_cb(inputs: PlanInputs, config: ResolvedConfig, available_bytes: int | No
             M = max(min(HF_DEFAULT_MAX_BATCH_TOKENS, upper), HF_MIN_MAX_BATCH_TOKENS)
         M, nblocks = solve(M, nblocks)
     N = nblocks * config.block_size
-    footprint = max(sum(k * v for k, v in zip(coefficients(p), (M, N, M * N, M * M))) for p in (lm_head, attention))
+    footprint = max(sum(k * v for k, v in zip(coefficients(p), (M, N, M * N, M * M), strict=True))
+                    for p in (lm_head, attention))
     if footprint > available:
         raise ValueError(f"num_blocks: {nblocks:,} blocks with max_batch_tokens {M:,} need {footprint / GIB:.2f} GiB, "
                          f"more than the {available / GIB:.2f} GiB hf-cb may use")

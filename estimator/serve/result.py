@@ -63,7 +63,7 @@ class Targets:
 def request_latencies(sim: Simulation) -> tuple[list[float], list[float | None], list[float]]:
     """(ttft ms, tpot ms (None for one-token outputs), e2e ms) per request."""
     ttft, tpot, e2e = [], [], []
-    for a, f, z, out in zip(sim.arrival_s, sim.first_token_s, sim.finish_s, sim.output_tokens):
+    for a, f, z, out in zip(sim.arrival_s, sim.first_token_s, sim.finish_s, sim.output_tokens, strict=True):
         ttft.append((f - a) * 1e3)
         e2e.append((z - a) * 1e3)
         tpot.append((z - f) * 1e3 / (out - 1) if out > 1 else None)
@@ -131,5 +131,5 @@ class ServeResult:
                  "e2e_ms": round(t3, 4), "preemptions": k}
                 for i, (a, p, o, f, z, t1, t2, t3, k) in enumerate(zip(
                     sim.arrival_s, sim.prompt_tokens, sim.output_tokens, sim.first_token_s, sim.finish_s, ttft, tpot,
-                    e2e, sim.preemptions))]
+                    e2e, sim.preemptions, strict=True))]
         return out

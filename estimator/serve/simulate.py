@@ -122,7 +122,7 @@ def simulate(workload: Workload, memory: EngineMemory, pricer: StepPricer, confi
         completes = (pre_comp + pre_toks) >= targ[pre]
         q = len(dec) + int(pre_toks.sum())
         rows = len(dec) + int(completes.sum())
-        chunks = list(zip(pre_toks.tolist(), pre_comp.tolist()))
+        chunks = list(zip(pre_toks.tolist(), pre_comp.tolist(), strict=True))
         masked_kv = decode_kv + int(pre_comp.sum()) + q
         win_dec = win_masked = None
         if window:  # sliding layers read at most window - 1 cached tokens a request

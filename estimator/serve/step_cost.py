@@ -15,8 +15,11 @@ How each engine runs attention:
   q tokens over ctx cached ones priced as its own flash call (q x (ctx + q)), every decode row as a read of its cache.
 
 Every attention call a step can make is priced once, when the pricer is built, on a geometric grid (4 points
-per octave; queries rounded up, keys interpolated linearly) in one columnar pass of the attention estimator. API (stable): `StepPricer(inputs, memory, cuda_graphs=)`,
-`.step_ms(q_tokens, logit_rows, decode_kv_tokens, prefill_chunks, masked_kv_tokens)`.
+per octave; queries rounded up, keys interpolated linearly) in one columnar pass of the attention estimator.
+
+API (stable): `StepPricer(inputs, memory, cuda_graphs=)`, `.step_ms(q_tokens, logit_rows, decode_kv_tokens,
+prefill_chunks, masked_kv_tokens, decode_window_kv_tokens=None, masked_window_kv_tokens=None)`; `.window`,
+`.full_layers`, `.sliding_layers`, `.masked` (hf-cb's packed masked call), `.attn_backend`.
 """
 
 from __future__ import annotations

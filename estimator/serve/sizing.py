@@ -9,7 +9,8 @@
   meet the targets at the workload's own rate, replicas splitting the rate evenly; cost per million output tokens
   only from the user's `price_per_gpu_hour`. An honest empty answer (with the reason per GPU) when nothing meets it.
 
-Each probe is one simulation of the workload; `max_probes` bounds the work (a browser can start a sizing).
+Each probe is one simulation of the workload; `max_probes` bounds their number and `time_budget_s` each one's wall
+time (a browser can start a sizing).
 """
 
 from __future__ import annotations
@@ -39,11 +40,11 @@ def _at_rate(inputs: ServeInputs, rate: float) -> ServeInputs:
     return replace(inputs, workload=inputs.workload.scaled(rate / own))
 
 
-def rate_sweep(inputs: ServeInputs, rates) -> list[dict]:
+def rate_sweep(inputs: ServeInputs, rates, time_budget_s: float | None = None) -> list[dict]:
     """One point per rate: rate, P99 TTFT/TPOT, throughput, whether the targets are met."""
     points = []
     for rate in rates:
-        r = serve(_at_rate(inputs, float(rate)))
+        r = serve(_at_rate(inputs, float(rate)), time_budget_s=time_budget_s)
         points.append({"rate_per_s": float(rate), "ttft_p99_ms": r.ttft_ms["p99"], "tpot_p99_ms": r.tpot_ms["p99"],
                        "e2e_p99_ms": r.e2e_ms["p99"],
                        "throughput_output_tokens_per_s": r.throughput_output_tokens_per_s,
@@ -61,7 +62,7 @@ def knee_rate(points: list[dict], output_tokens_per_request: float, share: float
     return None
 
 
-def max_rate(inputs: ServeInputs, max_probes: int = MAX_PROBES) -> dict:
+def max_rate(inputs: ServeInputs, max_probes: int = MAX_PROBES, time_budget_s: float | None = None) -> dict:
     """{"rate_per_s": highest sustained rate (None if even the lowest probe fails), "probes": n, "floor": ...}.
     The floor is the workload at 1/1000 of its rate: if that misses the targets, no rate meets them on one
     replica (the targets are below what one request alone takes)."""
@@ -75,7 +76,7 @@ def max_rate(inputs: ServeInputs, max_probes: int = MAX_PROBES) -> dict:
     def ok(rate: float) -> bool:
         nonlocal probes
         probes += 1
-        return bool(serve(_at_rate(inputs, rate)).meets_targets)
+        return bool(serve(_at_rate(inputs, rate), time_budget_s=time_budget_s).meets_targets)
 
     low = own / 1000
     if not ok(low):
@@ -98,7 +99,8 @@ def max_rate(inputs: ServeInputs, max_probes: int = MAX_PROBES) -> dict:
     return {"rate_per_s": low, "probes": probes, "reason": f"bisected to within {high / low - 1:.1%}"}
 
 
-def size_fleet(inputs: ServeInputs, gpus=None, tps=TPS, max_probes: int = 8) -> dict:
+def size_fleet(inputs: ServeInputs, gpus=None, tps=TPS, max_probes: int = 8,
+               time_budget_s: float | None = None) -> dict:
     """For each GPU (default: the catalog), the fewest GPUs meeting the targets at the workload's rate."""
     rate = workload_rate(inputs.workload)
     if rate is None:
@@ -113,7 +115,7 @@ def size_fleet(inputs: ServeInputs, gpus=None, tps=TPS, max_probes: int = 8) -> 
             try:
                 plan = replace(inputs.plan, gpu=name, tp=tp, gpus=tp)
                 trial = replace(inputs, plan=plan)
-                found = max_rate(trial, max_probes=max_probes)
+                found = max_rate(trial, max_probes=max_probes, time_budget_s=time_budget_s)
             except ValueError as exc:
                 skipped.append({"gpu": name, "tp": tp, "reason": str(exc)})
                 continue

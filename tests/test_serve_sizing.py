@@ -89,3 +89,9 @@ def test_the_timeline_stays_small():
     assert r.simulation.steps > 2000
     assert len(r.simulation.timeline["time_s"]) <= 2001
     assert r.simulation.timeline["time_s"][-1] == pytest.approx(max(r.simulation.finish_s))
+
+
+def test_a_workload_too_short_to_find_the_limit_says_so():
+    si = inputs(requests=4, rate=1)
+    found = max_rate(si)
+    assert found["rate_per_s"] is not None and "a longer workload finds the limit" in found["reason"]

@@ -72,11 +72,14 @@ def max_rate(inputs: ServeInputs, max_probes: int = MAX_PROBES, time_budget_s: f
     if own is None:
         raise ValueError("rate: an offline batch (every arrival at t = 0) has no rate to scale; give --rate")
     probes = 0
+    saturated = False  # every request of the workload ran at once: a higher rate cannot be told apart
 
     def ok(rate: float) -> bool:
-        nonlocal probes
+        nonlocal probes, saturated
         probes += 1
-        return bool(serve(_at_rate(inputs, rate), time_budget_s=time_budget_s).meets_targets)
+        result = serve(_at_rate(inputs, rate), time_budget_s=time_budget_s)
+        saturated = result.simulation.max_running >= len(inputs.workload)
+        return bool(result.meets_targets)
 
     low = own / 1000
     if not ok(low):
@@ -89,6 +92,10 @@ def max_rate(inputs: ServeInputs, max_probes: int = MAX_PROBES, time_budget_s: f
             return {"rate_per_s": low, "probes": probes, "reason": "probe budget spent; a lower bound"}
         if not ok(high):
             break
+        if saturated:
+            return {"rate_per_s": high, "probes": probes,
+                    "reason": f"a lower bound: at {high:.4g} requests/s all {len(inputs.workload)} requests run at "
+                              "once and still meet the targets; a longer workload finds the limit"}
         low, high = high, high * 4
     while probes < max_probes and high / low > 1.05:
         mid = math.sqrt(low * high)

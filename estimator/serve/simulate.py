@@ -46,6 +46,7 @@ class Simulation:
     max_kv_read_tokens: int = 0  # the largest K of one step (hf-cb: the packed masked call)
     max_kv_read_window_tokens: int = 0  # the same for the sliding-window layers (0 without them)
     max_running: int = 0
+    generated_tokens: tuple[int, ...] = ()  # per request at the end: its output_tokens, preemptions or not
 
 
 def simulate(workload: Workload, memory: EngineMemory, pricer: StepPricer, config: ResolvedConfig,
@@ -180,4 +181,4 @@ def simulate(workload: Workload, memory: EngineMemory, pricer: StepPricer, confi
         prompt_tokens=tuple(prompt.tolist()), output_tokens=tuple(output.tolist()),
         preemptions=tuple(pool.preempted.tolist()), steps=steps, busy_s=busy, timeline=timeline,
         max_batch_tokens_used=max_q, max_kv_read_tokens=max_k, max_kv_read_window_tokens=max_kw,
-        max_running=max_run)
+        max_running=max_run, generated_tokens=tuple(gen.tolist()))

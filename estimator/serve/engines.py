@@ -1,0 +1,170 @@
+"""Serving engines: one `Engine` record per engine (its defaults and where they come from), the knobs a user sets
+(`EngineConfig`), and the resolved configuration (`resolve_config`). The memory rules that size each engine's KV
+pool live in estimator/serve/memory.py; docs/serving.md explains every rule with its source file and version.
+
+API (stable):
+
+- `ENGINES`: name -> `Engine` for `hf-cb` (Hugging Face transformers continuous batching: `generate_batch` /
+  `init_continuous_batching`), `vllm`, `sglang`, `trtllm`.
+- `EngineConfig(engine=, memory_fraction=, block_size=, max_batch_tokens=, num_blocks=, max_seqs=,
+  max_model_len=, kv_dtype=, cuda_graphs=, scheduler=, chunked_prefill=)`: what the user set; None = the engine's
+  default. ValueError naming the field on bad input.
+- `resolve_config(config, max_sequence_tokens)` -> `ResolvedConfig`: every knob filled with the engine's default
+  (the memory-derived ones, num_blocks and an auto max_batch_tokens, are filled by the memory rule).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from estimator.call.config import KV_DTYPE_BITS, MAX_SEQ_LEN, check_positive_int, optional_float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Engine:
+    """An engine's defaults, the name of its memory-fraction knob and the source they were read from."""
+
+    name: str
+    label: str
+    fraction_knob: str  # the engine's own name of --memory-fraction
+    memory_fraction: float | None  # None: derived by the engine from the GPU (SGLang)
+    block_size: int  # tokens per KV block (page)
+    max_batch_tokens: int | None  # None: solved from memory (hf-cb)
+    max_seqs: int
+    schedulers: tuple[str, ...]
+    cuda_graphs: bool  # default
+    chunked_prefill: bool  # default
+    sliding_window_release: bool  # frees the blocks a sliding-window layer no longer reads
+    preemption: str  # what happens to a running request when blocks run out
+    source: str
+
+
+# Every default is read from the engine's source at the version named in `source`; docs/serving.md quotes them.
+ENGINES: dict[str, Engine] = {
+    "hf-cb": Engine(
+        name="hf-cb", label="Hugging Face transformers continuous batching (generate_batch)",
+        fraction_knob="max_memory_percent", memory_fraction=0.9, block_size=256, max_batch_tokens=None,
+        max_seqs=1024, schedulers=("fifo", "prefill_first"), cuda_graphs=False, chunked_prefill=True,
+        sliding_window_release=True, preemption="evict the newest request, recompute it later (cpu_offload_space 0)",
+        source="transformers 5.17: generation/configuration_utils.py ContinuousBatchingConfig (block_size 256, "
+               "scheduler_type fifo); generation/continuous_batching/initialization.py FALLBACK_DEFAULTS "
+               "(max_requests_per_batch 1024) and resolve_max_memory_percent (0.9, 0.8 with logits processors); "
+               "decide_use_cuda_graphs (off when an attention mask is needed: paged|sdpa, paged|eager)"),
+    "vllm": Engine(
+        name="vllm", label="vLLM (V1 engine)", fraction_knob="gpu_memory_utilization", memory_fraction=0.9,
+        block_size=16, max_batch_tokens=8192, max_seqs=1024, schedulers=("fcfs",), cuda_graphs=True,
+        chunked_prefill=True, sliding_window_release=True, preemption="recompute (the newest running request)",
+        source="vllm v0.11: vllm/config/cache.py (gpu_memory_utilization 0.9, block_size 16), "
+               "vllm/engine/arg_utils.py _set_default_args (max_num_batched_tokens 8192 and max_num_seqs 1024 for "
+               "the OpenAI server on GPUs of 70 GiB or more), vllm/v1/worker/gpu_worker.py "
+               "determine_available_memory"),
+    "sglang": Engine(
+        name="sglang", label="SGLang", fraction_knob="mem_fraction_static", memory_fraction=None, block_size=1,
+        max_batch_tokens=8192, max_seqs=4096, schedulers=("lpm", "fcfs"), cuda_graphs=True, chunked_prefill=True,
+        sliding_window_release=False, preemption="retract decoding requests back to the queue (recompute)",
+        source="sglang v0.5: python/sglang/srt/server_args.py (page_size 1, chunked_prefill_size 8192 on GPUs of "
+               "80 GiB or more, mem_fraction_static from the reserved-memory rule), "
+               "python/sglang/srt/model_executor/model_runner.py profile_max_num_token"),
+    "trtllm": Engine(
+        name="trtllm", label="TensorRT-LLM (PyTorch backend)", fraction_knob="free_gpu_memory_fraction",
+        memory_fraction=0.9, block_size=32, max_batch_tokens=8192, max_seqs=2048, schedulers=("guaranteed_no_evict",
+                                                                                               "max_utilization"),
+        cuda_graphs=True, chunked_prefill=False, sliding_window_release=False,
+        preemption="none under guaranteed_no_evict (admission reserves every block a request will need)",
+        source="TensorRT-LLM v1.0: tensorrt_llm/llmapi/llm_args.py KvCacheConfig (free_gpu_memory_fraction 0.9, "
+               "tokens_per_block 32), BuildConfig (max_num_tokens 8192, max_batch_size 2048), "
+               "tensorrt_llm/_torch/pyexecutor/_util.py KvCacheCreator (the dry run)"),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineConfig:
+    """The knobs a user set. None: the engine's default (docs/contract.md §6)."""
+
+    engine: str = "hf-cb"
+    memory_fraction: float | None = None
+    block_size: int | None = None
+    max_batch_tokens: int | None = None
+    num_blocks: int | None = None
+    max_seqs: int | None = None
+    max_model_len: int | None = None
+    kv_dtype: str | None = None  # None: the model dtype
+    cuda_graphs: bool | None = None
+    scheduler: str | None = None
+    chunked_prefill: bool | None = None
+
+    def __post_init__(self) -> None:
+        name = str(self.engine).strip().lower()
+        if name not in ENGINES:
+            raise ValueError(f"engine: unknown value {self.engine!r}; expected one of {', '.join(ENGINES)}")
+        object.__setattr__(self, "engine", name)
+        fraction = optional_float("memory_fraction", self.memory_fraction, "a fraction in (0, 1]")
+        if fraction is not None and not 0 < fraction <= 1:
+            raise ValueError(f"memory_fraction: expected a fraction in (0, 1], got {self.memory_fraction!r}")
+        object.__setattr__(self, "memory_fraction", fraction)
+        for field, limit in (("block_size", 1 << 16), ("max_batch_tokens", MAX_SEQ_LEN), ("num_blocks", 1 << 30),
+                             ("max_seqs", 1 << 20), ("max_model_len", MAX_SEQ_LEN)):
+            value = getattr(self, field)
+            if value is not None:
+                object.__setattr__(self, field, check_positive_int(field, value, limit))
+        if self.engine == "hf-cb" and self.block_size is not None and self.block_size < 4:
+            raise ValueError(f"block_size: hf-cb needs at least 4 tokens per block, got {self.block_size}")
+        if self.kv_dtype is not None:
+            kv = str(self.kv_dtype).strip().lower()
+            kv = {"fp8": "float8", "bf16": "bfloat16", "fp16": "float16", "auto": ""}.get(kv, kv)
+            if kv and kv not in KV_DTYPE_BITS:
+                raise ValueError(f"kv_dtype: unknown value {self.kv_dtype!r}; expected one of "
+                                 f"{', '.join(KV_DTYPE_BITS)}")
+            object.__setattr__(self, "kv_dtype", kv or None)
+        engine = ENGINES[self.engine]
+        if self.scheduler is not None:
+            sched = str(self.scheduler).strip().lower()
+            if sched not in engine.schedulers:
+                raise ValueError(f"scheduler: {self.scheduler!r} is not a {self.engine} scheduler; expected one of "
+                                 f"{', '.join(engine.schedulers)}")
+            object.__setattr__(self, "scheduler", sched)
+        for field in ("cuda_graphs", "chunked_prefill"):
+            value = getattr(self, field)
+            if value is not None and not isinstance(value, bool):
+                raise ValueError(f"{field}: expected true or false, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedConfig:
+    """Every knob with its value (user's or the engine default). `max_batch_tokens` and `num_blocks` stay None
+    where the engine derives them from memory (hf-cb); `memory_fraction` None where SGLang derives it."""
+
+    engine: Engine
+    memory_fraction: float | None
+    block_size: int
+    max_batch_tokens: int | None
+    num_blocks: int | None
+    max_seqs: int
+    max_model_len: int
+    kv_dtype: str | None
+    cuda_graphs: bool
+    scheduler: str
+    chunked_prefill: bool
+    safety_margin: float  # hf-cb: no new prefill while free blocks < margin · num_blocks (after the first)
+
+
+def resolve_config(config: EngineConfig, max_sequence_tokens: int) -> ResolvedConfig:
+    """Fill the engine defaults. `max_sequence_tokens`: the longest prompt + output of the workload (the default
+    max_model_len; a workload request longer than an explicit max_model_len is an error)."""
+    e = ENGINES[config.engine]
+    max_len = config.max_model_len or max_sequence_tokens
+    if max_len < max_sequence_tokens:
+        raise ValueError(f"max_model_len: {max_len:,} tokens is shorter than the workload's longest request "
+                         f"({max_sequence_tokens:,} prompt + output tokens)")
+    scheduler = config.scheduler or e.schedulers[0]
+    # hf-cb: FIFOScheduler's safety margin 0.15, PrefillFirstScheduler's 0.0 (transformers 5.17
+    # generation/continuous_batching/scheduler.py __init__ of each)
+    margin = (0.15 if scheduler == "fifo" else 0.0) if e.name == "hf-cb" else 0.0
+    return ResolvedConfig(
+        engine=e, memory_fraction=config.memory_fraction if config.memory_fraction is not None else e.memory_fraction,
+        block_size=config.block_size or e.block_size,
+        max_batch_tokens=config.max_batch_tokens or e.max_batch_tokens, num_blocks=config.num_blocks,
+        max_seqs=config.max_seqs or e.max_seqs, max_model_len=max_len, kv_dtype=config.kv_dtype,
+        cuda_graphs=e.cuda_graphs if config.cuda_graphs is None else config.cuda_graphs, scheduler=scheduler,
+        chunked_prefill=e.chunked_prefill if config.chunked_prefill is None else config.chunked_prefill,
+        safety_margin=margin)

@@ -194,7 +194,7 @@ def simulate(workload: Workload, memory: EngineMemory, pricer: StepPricer, confi
                 if s.computed + tokens >= s.target:
                     rows += 1
         masked_kv += q
-        dt = pricer.step_ms(q, rows, decode_kv, chunks, masked_kv) / 1e3
+        dt = pricer.step_ms(q, rows, decode_kv, chunks, masked_kv, requests=len(batch)) / 1e3
         t += dt
         busy += dt
         steps += 1

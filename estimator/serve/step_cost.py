@@ -42,6 +42,22 @@ GRID_PER_OCTAVE = 8
 GRAPH_STEP_LAUNCHES = 10
 
 
+# hf-cb's per-step overhead beyond the priced kernels (transformers 5.17 runs a step from Python in sync mode: the
+# scheduler, prepare_batch_tensors and update_batch loop over the scheduled requests; the read/write index lists
+# are built as Python lists, one `range` per block, and copied to the GPU), fitted on the H200 FIT set by
+#   python -m validation.serving.fit --cases validation/serving/cases/h200_fit.txt \
+#       --steps validation/data/h200_serve_fit_steps.csv
+# overhead_ms = BASE + PER_REQUEST * scheduled requests + PER_KV_TOKEN * (cached tokens read + new tokens).
+HF_CB_STEP_BASE_MS = 28.09
+HF_CB_STEP_PER_REQUEST_MS = 0.2956
+HF_CB_STEP_PER_KV_TOKEN_MS = 0.0004897
+
+
+def hf_cb_overhead_ms(requests: int, kv_tokens: int) -> float:
+    """hf-cb's measured per-step overhead (see the constants above)."""
+    return HF_CB_STEP_BASE_MS + HF_CB_STEP_PER_REQUEST_MS * requests + HF_CB_STEP_PER_KV_TOKEN_MS * kv_tokens
+
+
 def grid_up(x: int) -> int:
     """x rounded up to the pricing grid: exact up to 16, then 8 points per octave."""
     if x <= 16:
@@ -126,10 +142,13 @@ class StepPricer:
 
     # --- one step
     def step_ms(self, q_tokens: int, logit_rows: int, decode_kv_tokens: int,
-                prefill_chunks: list[tuple[int, int]], masked_kv_tokens: int = 0) -> float:
+                prefill_chunks: list[tuple[int, int]], masked_kv_tokens: int = 0, requests: int = 0,
+                overhead: bool = True) -> float:
         """Wall ms of one step: `q_tokens` new tokens in the forward, `logit_rows` of them produce a token,
         decode rows read `decode_kv_tokens` cached tokens in all, `prefill_chunks` are (chunk tokens, cached tokens
-        before the chunk); for hf-cb's masked path `masked_kv_tokens` is the K of its one packed call."""
+        before the chunk); for hf-cb's masked path `masked_kv_tokens` is the K of its one packed call. hf-cb steps
+        add the engine's measured per-step overhead for `requests` scheduled requests (`overhead=False`: without
+        it, as validation/serving/fit.py prices measured steps to fit it)."""
         if q_tokens <= 0:
             return 0.0
         m = self.inputs.model
@@ -139,7 +158,12 @@ class StepPricer:
             # reading the cache into the contiguous k, v the call takes (index_select over the read pages)
             gather = self.kern.mem_ms("copy", max(masked_kv_tokens - q_tokens, 0)
                                       * self.kv_bytes_per_token_layer / 2, self.dtype)[0]
-            attn_ms = m.layers * (core + gather)
+            # sdpa_paged.py then hands SDPA contiguous (1, q_heads, K, d) keys and values: repeat_kv copies them
+            # to every query head (GQA), or .contiguous() copies the transposed view (MHA): one copy of K and V
+            # at q_heads either way
+            heads_copy = self.kern.mem_ms("copy", 2 * max(masked_kv_tokens, q_tokens) * self.hq
+                                          * self.inputs.model.head_dim, self.dtype)[0]
+            attn_ms = m.layers * (core + gather + heads_copy)
         else:
             core = 0.0
             if decode_kv_tokens:
@@ -153,4 +177,7 @@ class StepPricer:
             host = self.kern.k.launch_floor_ms * GRAPH_STEP_LAUNCHES
             return max(gpu_ms, host) + self.sync_ms
         host = kernels * DECODE_KERNEL_HOST_MS
-        return max(gpu_ms, host) + DECODE_MODEL_PYTHON_MS + self.sync_ms
+        extra = 0.0
+        if overhead and self.memory.engine == "hf-cb":
+            extra = hf_cb_overhead_ms(requests, max(masked_kv_tokens, q_tokens))
+        return max(gpu_ms, host) + DECODE_MODEL_PYTHON_MS + self.sync_ms + extra

@@ -162,8 +162,8 @@ def run_one(args, slot: dict, line: str | None) -> dict:
     predicted = None
     if not args.no_predict:
         from validation.serving.predict import predict_run
-        predicted = predict_run(cfg, requests, knobs, run, gpu=args.gpu)
-    summary = summarise(run_id, args, run, slot.get("weights_bytes"), predicted)
+        predicted = predict_run(args, cfg, requests, _gpu(args, device))
+    summary = summarise(run_id, args, run, slot.get("weights_bytes"), requests, predicted)
     end = max((r.finish_s for r in run.requests if r.finish_s is not None), default=None)
     _append(args.out, records.REQUEST_COLUMNS,
             records.request_rows(run_id, run.requests, predicted["requests"] if predicted else None))
@@ -174,7 +174,7 @@ def run_one(args, slot: dict, line: str | None) -> dict:
     return summary
 
 
-def summarise(run_id: str, args, run, weights_bytes, predicted: dict | None) -> dict:
+def summarise(run_id: str, args, run, weights_bytes, requests: list, predicted: dict | None) -> dict:
     m = records.measured_summary(run.requests)
     s = {"run": run_id, "status": "timeout" if run.timed_out else "ok", "reason": "", "family": args.family,
          "layers": args.layers or "", "device_name": run.device_name, "requests": m["requests"],
@@ -187,9 +187,28 @@ def summarise(run_id: str, args, run, weights_bytes, predicted: dict | None) -> 
         if k not in ("requests", "finished"):
             s[k] = v
     if predicted:
-        for k, v in predicted["summary"].items():
+        for k, v in records.predicted_summary(requests, predicted["requests"]).items():
             s[f"pred_{k}"] = v
+        mem = predicted["result"].memory
+        s.update(pred_num_blocks=mem.num_blocks, pred_max_batch_tokens=mem.max_batch_tokens,
+                 pred_peak_allocated_bytes=predicted["result"].peak_bytes)
     return s
+
+
+def _gpu(args, device: str) -> str:
+    """The catalog GPU of the prediction: --gpu, or the detected one (h200 on a CPU)."""
+    from estimator.hardware import get_gpu, gpu_from_device_name
+
+    if args.gpu:
+        return get_gpu(args.gpu).name
+    if device == "cuda":
+        import torch
+
+        found = gpu_from_device_name(torch.cuda.get_device_name())
+        if found is None:
+            raise ValueError(f"gpu: cannot map {torch.cuda.get_device_name()!r} to the catalog; pass --gpu NAME")
+        return found
+    return "h200"
 
 
 def failed_row(args, exc: BaseException) -> dict:

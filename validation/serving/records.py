@@ -5,18 +5,13 @@ Definitions (the same for the measured and the predicted side):
   tpot_s  (finish - first token) / (output_tokens - 1), for requests of at least 2 output tokens
   e2e_s   finish - arrival
   output_tokens_per_s  sum of output tokens / (last finish - first arrival); total_tokens_per_s counts the prompt
-  tokens too. Percentiles are linear between closest ranks (numpy's default, `statistics.quantiles` method
-  "inclusive").
+  tokens too. Percentiles are nearest rank, as the simulator's (estimator/serve/result.py percentiles).
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass, field
-
-PERCENTILES = (50, 90, 99)
-
 
 @dataclass(frozen=True, kw_only=True)
 class RequestRecord:
@@ -60,43 +55,42 @@ class StepRecord:
     waiting: int
 
 
-def percentile(values: list[float], p: float) -> float | None:
-    """The p-th percentile (0-100), linear between closest ranks; None for no values."""
-    xs = sorted(v for v in values if v is not None and math.isfinite(v))
-    if not xs:
-        return None
-    if len(xs) == 1:
-        return xs[0]
-    pos = (len(xs) - 1) * p / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+def latency_summary(rows: list[dict]) -> dict:
+    """P50/P90/P99 of TTFT and TPOT (ms, nearest rank: estimator.serve.result.percentiles, the simulator's own)
+    and the throughputs of rows {arrival_s, first_token_s, finish_s, prompt_tokens, output_tokens} (finished
+    requests only count)."""
+    from estimator.serve.result import percentiles
 
-
-def latency_summary(ttft_s: list, tpot_s: list, first_arrival_s: float | None, last_finish_s: float | None,
-                    output_tokens: int, prompt_tokens: int) -> dict:
-    """P50/P90/P99 of TTFT and TPOT (ms) and the throughputs, as flat keys."""
+    done = [r for r in rows if r["finish_s"] is not None and r["first_token_s"] is not None]
+    ttft = [(r["first_token_s"] - r["arrival_s"]) * 1e3 for r in done]
+    tpot = [(r["finish_s"] - r["first_token_s"]) * 1e3 / (r["output_tokens"] - 1) for r in done
+            if r["output_tokens"] > 1]
     out: dict = {}
-    for name, values in (("ttft", ttft_s), ("tpot", tpot_s)):
-        for p in PERCENTILES:
-            v = percentile(values, p)
-            out[f"{name}_p{p}_ms"] = None if v is None else v * 1000.0
-    span = None if first_arrival_s is None or last_finish_s is None else last_finish_s - first_arrival_s
+    for name, values in (("ttft", ttft), ("tpot", tpot)):
+        for key, v in percentiles(values).items():
+            out[f"{name}_{key}_ms"] = v
+    span = (max(r["finish_s"] for r in done) - min(r["arrival_s"] for r in rows)) if done else None
+    output = sum(r["output_tokens"] for r in done)
     out["makespan_s"] = span
-    out["output_tokens_per_s"] = output_tokens / span if span else None
-    out["total_tokens_per_s"] = (output_tokens + prompt_tokens) / span if span else None
+    out["output_tokens_per_s"] = output / span if span else None
+    out["total_tokens_per_s"] = (output + sum(r["prompt_tokens"] for r in done)) / span if span else None
     return out
 
 
 def measured_summary(records: list[RequestRecord]) -> dict:
-    done = [r for r in records if r.finished]
-    out = latency_summary([r.ttft_s for r in done], [r.tpot_s for r in done],
-                          min((r.arrival_s for r in records), default=None),
-                          max((r.finish_s for r in done), default=None),
-                          sum(r.generated_tokens for r in done), sum(r.prompt_tokens for r in done))
+    rows = [{"arrival_s": r.arrival_s, "first_token_s": r.first_token_s, "finish_s": r.finish_s,
+             "prompt_tokens": r.prompt_tokens, "output_tokens": r.generated_tokens if r.finished else 0}
+            for r in records]
+    out = latency_summary(rows)
     out["requests"] = len(records)
-    out["finished"] = len(done)
+    out["finished"] = sum(1 for r in records if r.finished)
     return out
+
+
+def predicted_summary(requests: list, predicted: list[dict]) -> dict:
+    rows = [{"arrival_s": q.arrival_s, "first_token_s": p["first_token_s"], "finish_s": p["finish_s"],
+             "prompt_tokens": q.prompt_tokens, "output_tokens": q.output_tokens} for q, p in zip(requests, predicted)]
+    return latency_summary(rows)
 
 
 def request_rows(run_id: str, records: list[RequestRecord], predicted: list[dict] | None) -> list[dict]:

@@ -27,7 +27,7 @@ SUMMARY_COLUMNS = [
     "run", "status", "reason", "family", "layers", "device_name", "requests", "finished", "prompt_tokens_total",
     "output_tokens_total", "block_size", "num_blocks", "pred_num_blocks", "max_batch_tokens", "pred_max_batch_tokens",
     "max_requests_per_batch", "max_memory_percent", "use_cuda_graph", "use_async_batching", "attn_implementation",
-    "weights_bytes", "after_cache_bytes", "peak_allocated_bytes", "pred_peak_allocated_bytes", "peak_reserved_bytes",
+    "weights_bytes", "device_total_bytes", "device_free_bytes", "reserved_before_bytes", "after_cache_bytes", "peak_allocated_bytes", "pred_peak_allocated_bytes", "peak_reserved_bytes",
     "steps", "makespan_s", "pred_makespan_s", "output_tokens_per_s", "pred_output_tokens_per_s",
     "total_tokens_per_s", "pred_total_tokens_per_s",
     "ttft_p50_ms", "pred_ttft_p50_ms", "ttft_p90_ms", "pred_ttft_p90_ms", "ttft_p99_ms", "pred_ttft_p99_ms",
@@ -67,6 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--gpu", help="catalog GPU the prediction is for (default: detected; h200 on a CPU)")
     r.add_argument("--no-predict", action="store_true", help="measure only (no simulation beside it)")
     r.add_argument("--timeout-s", type=float, default=300.0, help="a run stops after this (default 300)")
+    r.add_argument("--fresh-process", action="store_true",
+                   help="--cases: run each case in its own process (nothing of one run stays resident in the next)")
     r.add_argument("--budget-s", type=float, default=0.0, help="start no case after this many seconds; 0 = none")
     r.add_argument("--cpu-memory-mib", type=int, default=1024,
                    help="on a CPU, the memory the engine is told the device has (default 1024)")
@@ -218,6 +220,30 @@ def failed_row(args, exc: BaseException) -> dict:
             "family": args.family, "layers": args.layers or "", "args": args.line}
 
 
+def _fresh_processes(args, jobs, started: float) -> int:
+    """Each case line as its own `python -m validation serve` process, appending to the same files."""
+    import subprocess
+
+    shared = ["--out", args.out] + (["--summary", args.summary] if args.summary else []) + (
+        ["--steps", args.steps] if args.steps else []) + (["--device", args.device] if args.device else []) + (
+        ["--gpu", args.gpu] if args.gpu else []) + (["--no-predict"] if args.no_predict else [])
+    for n, (line, job) in enumerate(jobs):
+        if args.budget_s and time.perf_counter() - started > args.budget_s:
+            print(f"budget: {args.budget_s} s spent, {len(jobs) - n} run(s) not started", file=sys.stderr)
+            break
+        cmd = [sys.executable, "-m", "validation", "serve", *shlex.split(line), *shared]
+        try:
+            done = subprocess.run(cmd, timeout=job.timeout_s + 300)
+            failed = done.returncode != 0
+            reason = f"exit status {done.returncode}"
+        except subprocess.TimeoutExpired:
+            failed, reason = True, f"the process outlived --timeout-s {job.timeout_s} + 300 s"
+        if failed and args.summary:
+            job.line = line
+            _append(args.summary, SUMMARY_COLUMNS, [{**failed_row(job, RuntimeError(reason))}])
+    return 0
+
+
 def main_serve(args) -> int:
     started = time.perf_counter()
     slot: dict = {}
@@ -231,6 +257,8 @@ def main_serve(args) -> int:
             workload_from_args(job)
         except ValueError as exc:
             raise ValueError(f"{exc} (case: {line})" if line else str(exc)) from None
+    if args.cases and args.fresh_process:
+        return _fresh_processes(args, jobs, started)
     done = 0
     for line, job in jobs:
         if args.budget_s and time.perf_counter() - started > args.budget_s:

@@ -21,8 +21,9 @@ Per request: arrival (created_time), start (leaving the waiting queue: lifespan[
 timestamp (the first is the end of the prefill step), finish (lifespan[1]); all seconds from t0.
 Per engine step (the scheduler's `schedule_batch` is wrapped on the instance, nothing else is changed): its start
 time, the requests and query tokens it scheduled, the most KV it reads, the free blocks and the waiting queue.
-Memory (CUDA): torch.cuda.max_memory_allocated / max_memory_reserved over step 3-5, the weights, and the bytes
-resident after the cache was allocated.
+Memory (CUDA): torch.cuda.max_memory_allocated / max_memory_reserved over step 3-5, the weights, the bytes
+resident after the cache was allocated, and what the engine sized its cache from (torch.cuda.mem_get_info just
+before, as requests.py get_device_and_memory_breakdown reads it: free = total - everything in use).
 On a CPU the engine cannot read the machine's memory without psutil (requests.py get_device_and_memory_breakdown
 returns 0); `cpu_memory_bytes` is then handed to it as the whole device, so CI runs are bounded.
 """
@@ -163,15 +164,21 @@ def run_engine(model, requests: list, knobs: EngineKnobs, *, device: str, timeou
     def clock() -> float:
         return time.perf_counter() - clock_origin[0]
 
+    engine_view = {}
     if cuda:
+        gc.collect()
+        torch.cuda.empty_cache()
         torch.cuda.synchronize()
+        free, total = torch.cuda.mem_get_info()  # what requests.py get_device_and_memory_breakdown reads
+        engine_view = {"device_total_bytes": int(total), "device_free_bytes": int(free),
+                       "reserved_before_bytes": int(torch.cuda.memory_reserved())}
     before_cache = torch.cuda.memory_allocated() if cuda else None
     with _cpu_memory(device, cpu_memory_bytes):
         manager = model.init_continuous_batching(generation_config=gen, continuous_batching_config=_cb_config(knobs))
         manager.warmup()
     cache = _cache_facts(manager)
     memory = {"before_cache_bytes": before_cache,
-              "after_cache_bytes": torch.cuda.memory_allocated() if cuda else None}
+              "after_cache_bytes": torch.cuda.memory_allocated() if cuda else None, **engine_view}
     _instrument(manager.batch_processor, steps, clock)
     manager.start()
     timed_out = False

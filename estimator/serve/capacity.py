@@ -60,7 +60,10 @@ class ServeInputs:
 
 
 def prepare(inputs: ServeInputs) -> tuple[ResolvedConfig, EngineMemory, StepPricer]:
-    config = resolve_config(inputs.engine, inputs.workload.max_sequence_tokens)
+    wl = inputs.workload
+    config = resolve_config(inputs.engine, wl.max_sequence_tokens, num_requests=len(wl),
+                            hint_tokens=max(r.prompt_tokens for r in wl.requests)
+                            + max(r.output_tokens for r in wl.requests))
     plan = replace(inputs.plan, seq_len=config.max_model_len, batch=1, mode="inference", gpus=inputs.plan.tp)
     memory = engine_memory(plan, config)
     pricer = StepPricer(plan, memory, cuda_graphs=config.cuda_graphs)

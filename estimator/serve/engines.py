@@ -146,11 +146,15 @@ class ResolvedConfig:
     scheduler: str
     chunked_prefill: bool
     safety_margin: float  # hf-cb: no new prefill while free blocks < margin · num_blocks (after the first)
+    hint_tokens: int = 0  # hf-cb generate_batch's WorkloadHints: longest prompt + max_new_tokens
 
 
-def resolve_config(config: EngineConfig, max_sequence_tokens: int) -> ResolvedConfig:
+def resolve_config(config: EngineConfig, max_sequence_tokens: int, *, num_requests: int | None = None,
+                   hint_tokens: int = 0) -> ResolvedConfig:
     """Fill the engine defaults. `max_sequence_tokens`: the longest prompt + output of the workload (the default
-    max_model_len; a workload request longer than an explicit max_model_len is an error)."""
+    max_model_len; a workload request longer than an explicit max_model_len is an error). hf-cb's generate_batch
+    also passes WorkloadHints: `num_requests` caps max_requests_per_batch (initialization.py resolve_using_hints)
+    and `hint_tokens` (longest prompt + max_new_tokens) sizes the decode fast path's block table."""
     e = ENGINES[config.engine]
     max_len = config.max_model_len or max_sequence_tokens
     if max_len < max_sequence_tokens:
@@ -164,7 +168,8 @@ def resolve_config(config: EngineConfig, max_sequence_tokens: int) -> ResolvedCo
         engine=e, memory_fraction=config.memory_fraction if config.memory_fraction is not None else e.memory_fraction,
         block_size=config.block_size or e.block_size,
         max_batch_tokens=config.max_batch_tokens or e.max_batch_tokens, num_blocks=config.num_blocks,
-        max_seqs=config.max_seqs or e.max_seqs, max_model_len=max_len, kv_dtype=config.kv_dtype,
+        max_seqs=config.max_seqs or (min(e.max_seqs, num_requests) if e.name == "hf-cb" and num_requests else
+                                     e.max_seqs), max_model_len=max_len, kv_dtype=config.kv_dtype,
         cuda_graphs=e.cuda_graphs if config.cuda_graphs is None else config.cuda_graphs, scheduler=scheduler,
         chunked_prefill=e.chunked_prefill if config.chunked_prefill is None else config.chunked_prefill,
-        safety_margin=margin)
+        safety_margin=margin, hint_tokens=hint_tokens or max_len)

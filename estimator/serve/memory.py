@@ -132,9 +132,15 @@ def engine_memory(inputs: PlanInputs, config: ResolvedConfig) -> EngineMemory:
     return mem
 
 
+def hf_cb_memory(inputs: PlanInputs, config: ResolvedConfig, available_bytes: int) -> EngineMemory:
+    """hf-cb's pool for a given `available_bytes` (what transformers computes as max_memory_percent of the free
+    memory after loading): the solve alone, to compare with transformers' own PagedAttentionMemoryHandler."""
+    return _hf_cb(inputs, config, available_bytes)
+
+
 # ------------------------------------------------------------------------------------------------------- hf-cb
 
-def _hf_cb(inputs: PlanInputs, config: ResolvedConfig) -> EngineMemory:
+def _hf_cb(inputs: PlanInputs, config: ResolvedConfig, available_bytes: int | None = None) -> EngineMemory:
     """transformers 5.17 generation/continuous_batching/cache.py PagedAttentionMemoryHandler: the memory polynomial
     coeff_m·M + coeff_n·N + coeff_mn·M·N + coeff_mm·M² over max_memory_percent of the free memory after loading,
     M = max_batch_tokens, N = cache pages; solved as infer_max_batch_tokens_and_num_blocks does."""
@@ -156,7 +162,7 @@ def _hf_cb(inputs: PlanInputs, config: ResolvedConfig) -> EngineMemory:
     # max_blocks_per_request: the decode fast path (flash_attn_with_kvcache) only; 0 otherwise
     # (initialization.py ensure_decode_fast_path_is_available); generate_batch's hint: even, >= max length / block + 1
     if flash and not sliding_groups:
-        per_req = cdiv(config.max_model_len, config.block_size) + 1
+        per_req = cdiv(config.hint_tokens, config.block_size) + 1
         max_blocks = per_req + per_req % 2
     else:
         max_blocks = 0
@@ -166,7 +172,8 @@ def _hf_cb(inputs: PlanInputs, config: ResolvedConfig) -> EngineMemory:
     if free <= 0:
         raise ValueError(f"gpu: the weights ({weights / GIB:.2f} GiB per GPU) do not fit on {gpu.label}")
     fraction = config.memory_fraction
-    available = int(free * fraction)
+    # requests.py get_device_and_memory_breakdown: total - max(allocated, reserved) = the free memory after loading
+    available = int(free * fraction) if available_bytes is None else int(available_bytes)
     # activation peaks (cache.py activation_peak): (delta_m, delta_n) per peak; full (not per-GPU) head counts
     lm_head = (m.hidden * a + m.vocab * 4, 0)
     attention = (a * (m.hidden + m.q_heads * m.head_dim + 2 * page), 2 * page * a)

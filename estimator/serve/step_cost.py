@@ -13,19 +13,22 @@ How each engine runs attention:
 - hf-cb through `paged|flash_attention_*`, vLLM, SGLang, TensorRT-LLM: varlen/paged kernels; each prefill chunk of
   q tokens over ctx cached ones priced as its own flash call (q x (ctx + q)), every decode row as a read of its cache.
 
-Shapes are priced on a geometric grid (8 points per octave, rounded up) and memoised, so a 10,000-request trace
-prices a few hundred distinct calls. API (stable): `StepPricer(inputs, memory, cuda_graphs=)`,
+Every attention call a step can make is priced once, when the pricer is built, on a geometric grid (4 points
+per octave; queries rounded up, keys interpolated linearly) in one columnar pass of the attention estimator. API (stable): `StepPricer(inputs, memory, cuda_graphs=)`,
 `.step_ms(q_tokens, logit_rows, decode_kv_tokens, prefill_chunks, masked_kv_tokens)`.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import replace
 
-from estimator.call.attention import estimate_call
+import numpy as np
+
+from estimator.call.attention import estimate_columns
 from estimator.call.config import AttentionCall
-from estimator.call.shapes import cdiv
+from estimator.call.shapes import Calls, cdiv
 from estimator.hardware import get_gpu
 from estimator.model import layer_passes as passes
 from estimator.model.calibration import load_constants
@@ -35,7 +38,7 @@ from estimator.model.kernel_prices import Kernels
 from estimator.model.step_time import DECODE_KERNEL_HOST_MS, DECODE_MODEL_PYTHON_MS
 from estimator.serve.memory import EngineMemory
 
-GRID_PER_OCTAVE = 8
+GRID_PER_OCTAVE = 4
 # A CUDA-graph replay: one cudaGraphLaunch and the engine's input copies, host time per step. Taken as the
 # calibration's launch floor (one kernel launch) times 10 (input ids, positions, slot mapping, block table, sampling
 # tensors copied before the replay): an assumption, no engine's own figure.
@@ -59,12 +62,49 @@ def hf_cb_overhead_ms(requests: int, kv_tokens: int) -> float:
 
 
 def grid_up(x: int) -> int:
-    """x rounded up to the pricing grid: exact up to 16, then 8 points per octave."""
+    """x rounded up to the pricing grid: exact up to 16, then GRID_PER_OCTAVE points per octave."""
     if x <= 16:
         return max(1, x)
-    e = math.floor(math.log2(x))
-    step = 2 ** e / GRID_PER_OCTAVE
+    step = 2 ** math.floor(math.log2(x)) / GRID_PER_OCTAVE
     return int(math.ceil(x / step) * step)
+
+
+def grid_points(maximum: int) -> list[int]:
+    """The pricing grid up to `maximum` (included, rounded up): every integer to 16, then GRID_PER_OCTAVE points
+    per octave."""
+    points = list(range(1, 17))
+    while points[-1] < maximum:
+        x = points[-1]
+        step = 2 ** math.floor(math.log2(x)) / GRID_PER_OCTAVE
+        points.append(int(math.floor(x / step + 1) * step))
+    return points
+
+
+def price_grid(gpu: str, q_heads: int, kv_heads: int, head_dim: int, dtype: str, backend: str, torch_version: str,
+               q_grid: list[int], k_grid: list[int], masked: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(times [q, k] of the full (non-causal) calls, times [q] of the causal q x q calls) of forward attention calls
+    of batch 1, priced by the attention estimator's columnar `estimate_columns` in one pass; where the requested
+    backend cannot run a call, the fastest that can (backend auto)."""
+    gpu_spec = get_gpu(gpu)
+    template = Calls.from_call(AttentionCall(batch=1, q_heads=q_heads, kv_heads=kv_heads, head_dim=head_dim,
+                                             q_len=1, kv_len=1, dtype=dtype, mask="bool" if masked else "none",
+                                             mode="forward", backend=backend))
+    Q, K = np.meshgrid(np.array(q_grid, dtype=np.int64), np.array(k_grid, dtype=np.int64), indexing="ij")
+    diag = np.array(q_grid, dtype=np.int64)
+    L = np.concatenate([Q.ravel(), diag])
+    S = np.concatenate([K.ravel(), diag])
+    causal = np.concatenate([np.zeros(Q.size, dtype=bool), np.ones(diag.size, dtype=bool)])
+    if masked:
+        causal[:] = False
+    c = replace(template, L=L, S=S, causal=causal, B=np.full(L.shape, template.B))
+    cols = estimate_columns(c, np.full(L.shape, backend, dtype=object), gpu_spec, torch_version)
+    times = np.where(cols["supported"], np.nan_to_num(np.asarray(cols["time_ms"], dtype=np.float64)), np.nan)
+    missing = ~np.asarray(cols["supported"], dtype=bool)
+    if missing.any():
+        fallback = estimate_columns(c, np.full(L.shape, "auto", dtype=object), gpu_spec, torch_version)
+        times = np.where(missing, np.asarray(fallback["time_ms"], dtype=np.float64), times)
+    times = np.nan_to_num(times)
+    return times[:Q.size].reshape(Q.shape), times[Q.size:]
 
 
 class StepPricer:
@@ -87,19 +127,35 @@ class StepPricer:
         self.V = cdiv(m.vocab, inputs.tp)
         kind, bw = link(self.gpu, inputs.tp, 1, inputs.gpus_per_node)
         self._link = (kind, bw)
-        self._linear: dict[tuple[int, int], tuple[float, float, int]] = {}
-        self._attn: dict[tuple, float] = {}
+        self._linear: dict[int, tuple[float, float, int]] = {}
+        self._head: dict[int, tuple[float, float, int]] = {}
+        # the attention calls of every step shape this engine can run, priced at once
+        self._q_grid = grid_points(max(1, memory.max_batch_tokens))
+        longest = memory.num_blocks * memory.block_size + memory.max_batch_tokens if self.masked else max(
+            memory.kv_cache_tokens, memory.max_batch_tokens) + memory.max_batch_tokens
+        self._k_grid = grid_points(max(2, longest))
+        self._table, self._diag = price_grid(
+            inputs.gpu, self.hq, self.hq if self.masked else self.hk, m.head_dim, self.dtype, self.attn_backend,
+            inputs.torch_version, self._q_grid, self._k_grid, self.masked)
         self.kv_bytes_per_token_layer = memory.kv_read_bytes_per_token
 
     # --- the parts, memoised on the grid
     def _linear_part(self, tokens: int, rows: int) -> tuple[float, float, int]:
         """(GPU ms, eager host ms, kernels) of every layer's non-attention kernels over `tokens` tokens plus the
-        model level (embedding, final norm, LM head over `rows` rows)."""
-        key = (grid_up(tokens), grid_up(rows))
-        hit = self._linear.get(key)
-        if hit is not None:
-            return hit
-        T, R = key
+        model level (embedding, final norm; the LM head over `rows` rows)."""
+        body = self._linear.get(grid_up(tokens))
+        if body is None:
+            body = self._layers(grid_up(tokens))
+            self._linear[grid_up(tokens)] = body
+        head = self._head.get(grid_up(rows))
+        if head is None:
+            p = passes.Pass()
+            passes.gemm(p, self.kern, grid_up(rows), self.V, self.inputs.model.hidden, self.dtype)
+            head = (sum(p.gpu.values()), p.cpu, p.kernels)
+            self._head[grid_up(rows)] = head
+        return body[0] + head[0], body[1] + head[1], body[2] + head[2]
+
+    def _layers(self, T: int) -> tuple[float, float, int]:
         inp, kern, m = self.inputs, self.kern, self.inputs.model
         total = passes.Pass()
         for moe, count in ((False, m.layers * (1 - self.moe_frac)), (True, m.layers * self.moe_frac)):
@@ -110,35 +166,26 @@ class StepPricer:
         passes.mem(total, kern, "copy", T * m.hidden, self.dtype)
         passes.norm(total, kern, "rmsnorm" if m.norm == "rmsnorm" else "layernorm", T * m.hidden, self.dtype)
         total.add("memory_bound", 0.0, 0.0, 10)
-        passes.gemm(total, kern, R, self.V, m.hidden, self.dtype)
         gpu_ms = sum(total.gpu.values())
         if inp.tp > 1:  # two all-reduces of the hidden states per layer (Megatron tensor parallel)
             kind, bw = self._link
             gpu_ms += 2 * m.layers * all_reduce_ms(T * m.hidden * passes.element_bytes(self.dtype), inp.tp, kind, bw)
-        out = (gpu_ms, total.cpu, total.kernels)
-        self._linear[key] = out
-        return out
+        return gpu_ms, total.cpu, total.kernels
 
-    def _call_ms(self, q: int, kv: int, masked: bool, causal: bool) -> float:
-        key = (grid_up(q), grid_up(kv), masked, causal)
-        hit = self._attn.get(key)
-        if hit is not None:
-            return hit
-        Q, K = key[0], max(key[1], key[0] if causal else 1)
-        call = AttentionCall(batch=1, q_heads=self.hq, kv_heads=self.hq if masked else self.hk,
-                             head_dim=self.inputs.model.head_dim, q_len=Q, kv_len=K, dtype=self.dtype,
-                             causal=causal and Q == K, mask="bool" if masked else "none", mode="forward",
-                             backend=self.attn_backend if self.attn_backend != "auto" else "auto")
-        try:
-            est = estimate_call(call, self.gpu, self.inputs.torch_version)
-            ms = est.time_ms if est.supported and est.time_ms is not None else None
-        except ValueError:
-            ms = None
-        if ms is None:  # the requested backend cannot run it: the fastest that can
-            est = estimate_call(replace(call, backend="auto"), self.gpu, self.inputs.torch_version)
-            ms = est.time_ms or 0.0
-        self._attn[key] = ms
-        return ms
+    def _call_ms(self, q: int, kv: int, causal: bool) -> float:
+        """One attention call's ms: q rounded up to the grid, kv interpolated linearly between its two grid
+        neighbours (an attention kernel's time is linear in the keys at fixed queries)."""
+        qg, kg = self._q_grid, self._k_grid
+        qi = min(bisect_left(qg, q), len(qg) - 1)
+        if causal and kv <= qg[qi]:
+            return float(self._diag[qi])
+        ki = bisect_left(kg, kv)
+        row = self._table[qi]
+        if ki < len(kg) and kg[ki] == kv:
+            return float(row[ki])
+        lo, hi = (ki - 1, ki) if ki < len(kg) else (len(kg) - 2, len(kg) - 1)
+        a, b = float(row[lo]), float(row[hi])
+        return a + (b - a) * (kv - kg[lo]) / (kg[hi] - kg[lo])
 
     # --- one step
     def step_ms(self, q_tokens: int, logit_rows: int, decode_kv_tokens: int,
@@ -154,7 +201,7 @@ class StepPricer:
         m = self.inputs.model
         gpu_ms, host_ms, kernels = self._linear_part(q_tokens, max(1, logit_rows))
         if self.masked:
-            core = self._call_ms(q_tokens, max(masked_kv_tokens, q_tokens), True, False)
+            core = self._call_ms(q_tokens, max(masked_kv_tokens, q_tokens), False)
             # reading the cache into the contiguous k, v the call takes (index_select over the read pages)
             gather = self.kern.mem_ms("copy", max(masked_kv_tokens - q_tokens, 0)
                                       * self.kv_bytes_per_token_layer / 2, self.dtype)[0]
@@ -169,7 +216,7 @@ class StepPricer:
             if decode_kv_tokens:
                 core += self.kern.decode_attention_ms("flash", decode_kv_tokens * self.kv_bytes_per_token_layer)
             for chunk, ctx in prefill_chunks:
-                core += self._call_ms(chunk, ctx + chunk, False, ctx == 0)
+                core += self._call_ms(chunk, ctx + chunk, ctx == 0)
             attn_ms = m.layers * core
         kernels += 3 * m.layers
         gpu_ms += attn_ms

@@ -51,9 +51,9 @@ GRAPH_STEP_LAUNCHES = 10
 #   python -m validation.serving.fit --cases validation/serving/cases/h200_fit.txt \
 #       --steps validation/data/h200_serve_fit_steps.csv
 # overhead_ms = BASE + PER_REQUEST * scheduled requests + PER_KV_TOKEN * (cached tokens read + new tokens).
-HF_CB_STEP_BASE_MS = 28.09
-HF_CB_STEP_PER_REQUEST_MS = 0.2956
-HF_CB_STEP_PER_KV_TOKEN_MS = 0.0004897
+HF_CB_STEP_BASE_MS = 27.45
+HF_CB_STEP_PER_REQUEST_MS = 0.2648
+HF_CB_STEP_PER_KV_TOKEN_MS = 0.0005898
 
 
 def hf_cb_overhead_ms(requests: int, kv_tokens: int) -> float:

@@ -104,11 +104,17 @@ def test_sliding_window_layers_hold_fewer_blocks():
 
 
 def test_prefill_first_trades_tpot_for_ttft():
-    """With a token budget smaller than the prompts, FIFO serves the decoders first and split prefills wait;
-    prefill_first does the opposite (transformers 5.17 scheduler.py)."""
-    a = serve(inputs("hf-cb", scheduler="fifo", max_batch_tokens=512))
-    b = serve(inputs("hf-cb", scheduler="prefill_first", max_batch_tokens=512))
-    assert b.ttft_ms["p50"] < a.ttft_ms["p50"]
+    """A long prompt split over steps while 20 requests decode, token budget 64: FIFO serves the 20 decoders first
+    and gives the split prefill the 44 tokens left; prefill_first gives the split prefill the whole budget and the
+    decoders wait (transformers 5.17 scheduler.py). So the long prompt's TTFT is lower under prefill_first and the
+    decoders' P99 TPOT higher."""
+    short = [Request(request_id=i, arrival_s=0.0, prompt_tokens=100, output_tokens=200) for i in range(20)]
+    long = Request(request_id=20, arrival_s=0.5, prompt_tokens=3000, output_tokens=2)
+    wl = Workload(requests=(*short, long))
+    a = serve(inputs("hf-cb", workload=wl, scheduler="fifo", max_batch_tokens=64))
+    b = serve(inputs("hf-cb", workload=wl, scheduler="prefill_first", max_batch_tokens=64))
+    ttft = lambda r: r.simulation.first_token_s[20] - r.simulation.arrival_s[20]  # noqa: E731
+    assert ttft(b) < ttft(a)
     assert b.tpot_ms["p99"] > a.tpot_ms["p99"]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from estimator.hardware import get_gpu
 from estimator.model.inputs import PlanInputs
 from estimator.serve.engines import EngineConfig, ResolvedConfig, resolve_config
 from estimator.serve.memory import EngineMemory, engine_memory, forward_activation_bytes
@@ -61,9 +62,11 @@ class ServeInputs:
 
 def prepare(inputs: ServeInputs) -> tuple[ResolvedConfig, EngineMemory, StepPricer]:
     wl = inputs.workload
+    gpu = get_gpu(inputs.plan.gpu)
     config = resolve_config(inputs.engine, wl.max_sequence_tokens, num_requests=len(wl),
                             hint_tokens=max(r.prompt_tokens for r in wl.requests)
-                            + max(r.output_tokens for r in wl.requests))
+                            + max(r.output_tokens for r in wl.requests),
+                            gpu_memory_bytes=gpu.memory_bytes, gpu_name=gpu.name, tp=inputs.plan.tp)
     plan = replace(inputs.plan, seq_len=config.max_model_len, batch=1, mode="inference", gpus=inputs.plan.tp)
     memory = engine_memory(plan, config)
     pricer = StepPricer(plan, memory, cuda_graphs=config.cuda_graphs)
@@ -104,11 +107,26 @@ def serve(inputs: ServeInputs, progress=None) -> ServeResult:
 def _peak_bytes(plan: PlanInputs, memory: EngineMemory, max_q: int, max_k: int, max_running: int) -> int:
     """Peak per GPU over the run: what the engine allocated at start (weights, pool, static tensors, mask,
     context) + the largest step's forward activations (the project's, at the step's token count) + for hf-cb's
-    masked path the k, v it reads out of the cache for the packed call (one layer at a time)."""
+    masked path what one layer's attention adds at the largest K (transformers 5.17 integrations/sdpa_paged.py): the
+    gathered k and v, their repeat to every query head, and the masked call's own peak (the attention estimator's).
+    An upper-side figure: the causal call inside the model's activations is counted beside the masked one."""
+    from estimator.call.attention import estimate_call
+    from estimator.call.config import AttentionCall
+    from estimator.hardware import get_gpu
+
     fixed = sum(b for name, b in memory.components if not name.startswith("forward activations"))
     backend = plan.backend if memory.engine == "hf-cb" else "flash-attn"
     act = forward_activation_bytes(plan, max(1, max_q), backend, max(1, min(max_running, max_q)))
-    gather = 0
-    if memory.engine == "hf-cb" and plan.backend != "flash-attn":
-        gather = max(0, max_k - max_q) * memory.kv_read_bytes_per_token
-    return fixed + act + gather
+    extra = 0
+    if memory.engine == "hf-cb" and plan.backend != "flash-attn" and max_k > 0:
+        hq, hk = plan.q_heads_per_gpu, plan.kv_heads_per_gpu
+        gathered = max_k * memory.kv_read_bytes_per_token
+        extra = gathered + (gathered * hq // hk if hq > hk else 0)
+        call = AttentionCall(batch=1, q_heads=hq, kv_heads=hq, head_dim=plan.model.head_dim, q_len=max(1, max_q),
+                             kv_len=max_k, dtype=plan.dtype, mask="bool", mode="forward", backend=plan.backend)
+        try:
+            est = estimate_call(call, get_gpu(plan.gpu), plan.torch_version)
+            extra += est.peak_extra_bytes or 0
+        except ValueError:
+            pass
+    return fixed + act + extra

@@ -54,17 +54,18 @@ ENGINES: dict[str, Engine] = {
         name="vllm", label="vLLM (V1 engine)", fraction_knob="gpu_memory_utilization", memory_fraction=0.9,
         block_size=16, max_batch_tokens=8192, max_seqs=1024, schedulers=("fcfs",), cuda_graphs=True,
         chunked_prefill=True, sliding_window_release=True, preemption="recompute (the newest running request)",
-        source="vllm v0.11: vllm/config/cache.py (gpu_memory_utilization 0.9, block_size 16), "
-               "vllm/engine/arg_utils.py _set_default_args (max_num_batched_tokens 8192 and max_num_seqs 1024 for "
-               "the OpenAI server on GPUs of 70 GiB or more), vllm/v1/worker/gpu_worker.py "
-               "determine_available_memory"),
+        source="vllm main as stored (commit 35d5cda1): vllm/config/cache.py (gpu_memory_utilization 0.9, "
+               "block_size 16), vllm/engine/arg_utils.py get_batch_defaults (OpenAI server: 8192 tokens and "
+               "1024 sequences on GPUs of 70 GiB or more but A100, else 2048 and 256), vllm/v1/worker/gpu_worker.py "
+               "determine_available_memory and vllm/utils/mem_utils.py memory_profiling"),
     "sglang": Engine(
         name="sglang", label="SGLang", fraction_knob="mem_fraction_static", memory_fraction=None, block_size=1,
         max_batch_tokens=8192, max_seqs=4096, schedulers=("lpm", "fcfs"), cuda_graphs=True, chunked_prefill=True,
         sliding_window_release=False, preemption="retract decoding requests back to the queue (recompute)",
-        source="sglang v0.5: python/sglang/srt/server_args.py (page_size 1, chunked_prefill_size 8192 on GPUs of "
-               "80 GiB or more, mem_fraction_static from the reserved-memory rule), "
-               "python/sglang/srt/model_executor/model_runner.py profile_max_num_token"),
+        source="sglang main as stored: python/sglang/srt/server_args.py _handle_gpu_memory_settings (page_size 1, "
+               "chunked_prefill_size and cuda_graph_max_bs by GPU memory, mem_fraction_static from the reserved "
+               "memory), python/sglang/srt/model_executor/model_runner.py profile_max_num_token; max_running_requests "
+               "4096 assumed (SGLang derives it from the pool)"),
     "trtllm": Engine(
         name="trtllm", label="TensorRT-LLM (PyTorch backend)", fraction_knob="free_gpu_memory_fraction",
         memory_fraction=0.9, block_size=32, max_batch_tokens=8192, max_seqs=2048, schedulers=("guaranteed_no_evict",
@@ -147,10 +148,41 @@ class ResolvedConfig:
     chunked_prefill: bool
     safety_margin: float  # hf-cb: no new prefill while free blocks < margin · num_blocks (after the first)
     hint_tokens: int = 0  # hf-cb generate_batch's WorkloadHints: longest prompt + max_new_tokens
+    tp: int = 1
+    capacity_bytes: int | None = None  # total device memory when it differs from the catalog's (a logged figure)
+
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+def vllm_batch_defaults(gpu_memory_bytes: int, gpu_name: str) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) vLLM's OpenAI server takes by default: 8192 and 1024 on GPUs of
+    70 GiB or more that are not an A100, else 2048 and 256 (vllm/engine/arg_utils.py EngineArgs.get_batch_defaults,
+    UsageContext.OPENAI_API_SERVER; the offline LLM class would take 16384 / 8192 tokens)."""
+    if gpu_memory_bytes >= 70 * GIB and "a100" not in gpu_name.lower():
+        return 8192, 1024
+    return 2048, 256
+
+
+def sglang_defaults(gpu_memory_bytes: int, tp: int) -> tuple[int, int]:
+    """(chunked_prefill_size, cuda_graph_max_bs) by GPU memory in MiB (python/sglang/srt/server_args.py
+    ServerArgs._handle_gpu_memory_settings)."""
+    mib = gpu_memory_bytes / MIB
+    if mib < 20 * 1024:
+        return 2048, 8
+    if mib < 35 * 1024:
+        return 2048, 24 if tp < 4 else 80
+    if mib < 60 * 1024:
+        return 4096, 32 if tp < 4 else 160
+    if mib < 160 * 1024:
+        return 8192, 256 if tp < 4 else 512
+    return 16384, 512
 
 
 def resolve_config(config: EngineConfig, max_sequence_tokens: int, *, num_requests: int | None = None,
-                   hint_tokens: int = 0) -> ResolvedConfig:
+                   hint_tokens: int = 0, gpu_memory_bytes: int | None = None, gpu_name: str = "",
+                   tp: int = 1) -> ResolvedConfig:
     """Fill the engine defaults. `max_sequence_tokens`: the longest prompt + output of the workload (the default
     max_model_len; a workload request longer than an explicit max_model_len is an error). hf-cb's generate_batch
     also passes WorkloadHints: `num_requests` caps max_requests_per_batch (initialization.py resolve_using_hints)
@@ -161,15 +193,20 @@ def resolve_config(config: EngineConfig, max_sequence_tokens: int, *, num_reques
         raise ValueError(f"max_model_len: {max_len:,} tokens is shorter than the workload's longest request "
                          f"({max_sequence_tokens:,} prompt + output tokens)")
     scheduler = config.scheduler or e.schedulers[0]
+    default_tokens, default_seqs = e.max_batch_tokens, e.max_seqs
+    if gpu_memory_bytes is not None and e.name == "vllm":
+        default_tokens, default_seqs = vllm_batch_defaults(gpu_memory_bytes, gpu_name)
+    if gpu_memory_bytes is not None and e.name == "sglang":
+        default_tokens = sglang_defaults(gpu_memory_bytes, tp)[0]
     # hf-cb: FIFOScheduler's safety margin 0.15, PrefillFirstScheduler's 0.0 (transformers 5.17
     # generation/continuous_batching/scheduler.py __init__ of each)
     margin = (0.15 if scheduler == "fifo" else 0.0) if e.name == "hf-cb" else 0.0
     return ResolvedConfig(
         engine=e, memory_fraction=config.memory_fraction if config.memory_fraction is not None else e.memory_fraction,
         block_size=config.block_size or e.block_size,
-        max_batch_tokens=config.max_batch_tokens or e.max_batch_tokens, num_blocks=config.num_blocks,
+        max_batch_tokens=config.max_batch_tokens or default_tokens, num_blocks=config.num_blocks,
         max_seqs=config.max_seqs or (min(e.max_seqs, num_requests) if e.name == "hf-cb" and num_requests else
-                                     e.max_seqs), max_model_len=max_len, kv_dtype=config.kv_dtype,
+                                     default_seqs), max_model_len=max_len, tp=tp, kv_dtype=config.kv_dtype,
         cuda_graphs=e.cuda_graphs if config.cuda_graphs is None else config.cuda_graphs, scheduler=scheduler,
         chunked_prefill=e.chunked_prefill if config.chunked_prefill is None else config.chunked_prefill,
         safety_margin=margin, hint_tokens=hint_tokens or max_len)

@@ -86,6 +86,12 @@ class EngineMemory:
         return n * self.full_groups + (min(n, self.window_blocks) * self.sliding_groups if self.sliding_groups else 0)
 
 
+def _gpu(inputs: PlanInputs, config: ResolvedConfig):
+    """The catalog GPU, with the total memory a log reported where the config carries one."""
+    gpu = get_gpu(inputs.gpu)
+    return gpu if config.capacity_bytes is None else replace(gpu, memory_bytes=int(config.capacity_bytes))
+
+
 def _kv_element_bytes(inputs: PlanInputs, config: ResolvedConfig) -> float:
     kv = config.kv_dtype or inputs.dtype
     return KV_DTYPE_BITS[kv] / 8
@@ -148,7 +154,7 @@ def _hf_cb(inputs: PlanInputs, config: ResolvedConfig, available_bytes: int | No
     if config.kv_dtype and config.kv_dtype != inputs.dtype:
         raise ValueError(f"kv_dtype: hf-cb keeps the cache in the model dtype ({inputs.dtype}); "
                          f"{config.kv_dtype} is not supported")
-    gpu = get_gpu(inputs.gpu)
+    gpu = _gpu(inputs, config)
     es = DTYPE_BITS[inputs.dtype] // 8
     a = c = es
     kv_heads = m.kv_heads // tp if m.kv_heads % tp == 0 else m.kv_heads  # cache.py: kv heads split when TP'ed
@@ -264,7 +270,7 @@ def _per_token_kv(inputs: PlanInputs, config: ResolvedConfig) -> tuple[int, floa
 def _pooled(inputs: PlanInputs, config: ResolvedConfig, *, engine: str, kv_budget: int, available: int,
             activation: int, reserved: int, rule: str, source: str, groups_apply: bool) -> EngineMemory:
     m = inputs.model
-    gpu = get_gpu(inputs.gpu)
+    gpu = _gpu(inputs, config)
     elements, kv_es = _per_token_kv(inputs, config)
     weights = _weights(inputs)
     if groups_apply:
@@ -291,74 +297,82 @@ def _pooled(inputs: PlanInputs, config: ResolvedConfig, *, engine: str, kv_budge
 
 
 def _vllm(inputs: PlanInputs, config: ResolvedConfig) -> EngineMemory:
-    """vLLM V1 (vllm/v1/worker/gpu_worker.py determine_available_memory): KV pool = total · gpu_memory_utilization
-    - (weights + the peak of one profiling forward of max_num_batched_tokens tokens + non-torch memory)."""
-    gpu = get_gpu(inputs.gpu)
+    """vLLM V1 (vllm/v1/worker/gpu_worker.py determine_available_memory, vllm/utils/mem_utils.py
+    memory_profiling): KV pool = total · gpu_memory_utilization - (weights + the torch peak increase of
+    profile_run, one dummy forward of max_num_batched_tokens tokens and a dummy sampler over max_num_seqs rows, +
+    the non-torch increase since the worker's first snapshot). The CUDA context predates that snapshot: it is not
+    subtracted (it lives in the 1 - utilization margin), nor are the CUDA graphs, captured after the pool exists.
+    Non-torch memory (NCCL buffers under tp) is taken as 0 here."""
+    gpu = _gpu(inputs, config)
     weights = _weights(inputs)
-    activation = forward_activation_bytes(inputs, config.max_batch_tokens, "flash-attn", config.max_seqs)
-    reserved = CUBLAS_WORKSPACE_BYTES
+    activation = forward_activation_bytes(inputs, config.max_batch_tokens, "flash-attn",
+                                          min(config.max_seqs, config.max_batch_tokens))
     requested = int(gpu.memory_bytes * config.memory_fraction)
-    kv_budget = requested - weights - activation - reserved - CUDA_CONTEXT_BYTES
+    kv_budget = requested - weights - activation
     if kv_budget <= 0 and config.num_blocks is None:
         raise ValueError(f"memory_fraction: gpu_memory_utilization {config.memory_fraction:g} of {gpu.label} leaves "
                          f"no room for a KV cache after {weights / GIB:.2f} GiB of weights")
     return _pooled(inputs, config, engine="vllm", kv_budget=kv_budget, available=requested, activation=activation,
-                   reserved=reserved, groups_apply=True,
+                   reserved=0, groups_apply=True,
                    rule=f"gpu_memory_utilization {config.memory_fraction:g} x total - weights - profiled forward "
-                        "peak - non-torch memory, in blocks of block_size tokens per layer group",
-                   source="vllm v0.11 vllm/v1/worker/gpu_worker.py determine_available_memory")
+                        "peak (max_num_batched_tokens) - non-torch memory, in blocks of block_size tokens per layer "
+                        "group",
+                   source="vllm (commit 35d5cda1) vllm/v1/worker/gpu_worker.py determine_available_memory")
 
 
 def sglang_mem_fraction_static(inputs: PlanInputs, config: ResolvedConfig) -> float:
-    """SGLang's default mem_fraction_static (python/sglang/srt/server_args.py): 1 - reserved / total, reserved =
-    512 MiB + chunked_prefill_size·1.5 MiB + cuda_graph_max_bs·2 MiB (+ tp terms), at least 10 GiB on GPUs of more
-    than 60 GiB... see docs/serving.md for the exact terms and version."""
-    gpu = get_gpu(inputs.gpu)
-    total_gib = gpu.memory_bytes / GIB
-    chunk = config.max_batch_tokens
-    graph_bs = min(config.max_seqs, 256 if total_gib > 60 else 160)
-    reserved_mib = 512 + chunk * 1.5 + graph_bs * 2
-    if inputs.tp >= 2:
-        reserved_mib += inputs.tp * 64
-    if total_gib > 60:
-        reserved_mib = max(reserved_mib, 10 * 1024)
-    return round(1 - reserved_mib / (total_gib * 1024), 3)
+    """SGLang's default mem_fraction_static (python/sglang/srt/server_args.py _handle_gpu_memory_settings):
+    reserved MiB = 512 + max(chunked_prefill_size, 2048)·1.5 + cuda_graph_max_bs·2 + tp·pp/8·1024, at least
+    10 GiB on GPUs of more than 60 GiB; mem_fraction_static = round((gpu_mem - reserved) / gpu_mem, 3), gpu_mem
+    the device memory in MiB."""
+    from estimator.serve.engines import sglang_defaults
+
+    gpu = _gpu(inputs, config)
+    mib = gpu.memory_bytes / (1 << 20)
+    _, graph_bs = sglang_defaults(gpu.memory_bytes, inputs.tp)
+    reserved = 512 + max(config.max_batch_tokens, 2048) * 1.5 + graph_bs * 2 + inputs.tp * 1 / 8 * 1024
+    if mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((mib - reserved) / mib, 3)
 
 
 def _sglang(inputs: PlanInputs, config: ResolvedConfig) -> EngineMemory:
     """SGLang (python/sglang/srt/model_executor/model_runner.py profile_max_num_token): rest = free memory after
-    loading - total · (1 - mem_fraction_static); max_total_num_tokens = rest / cell_size (one-token pages)."""
-    gpu = get_gpu(inputs.gpu)
+    loading - free memory before loading · (1 - mem_fraction_static); max_total_num_tokens = rest / cell_size,
+    cell_size the KV bytes of one token over every layer (one-token pages)."""
+    gpu = _gpu(inputs, config)
     weights = _weights(inputs)
     fraction = config.memory_fraction if config.memory_fraction is not None else sglang_mem_fraction_static(inputs,
                                                                                                             config)
-    free = gpu.memory_bytes - CUDA_CONTEXT_BYTES - weights
-    rest = int(free - gpu.memory_bytes * (1 - fraction))
+    before = gpu.memory_bytes - CUDA_CONTEXT_BYTES
+    rest = int(before - weights - before * (1 - fraction))
     if rest <= 0 and config.num_blocks is None:
         raise ValueError(f"memory_fraction: mem_fraction_static {fraction:g} of {gpu.label} leaves no room for a KV "
                          f"cache after {weights / GIB:.2f} GiB of weights")
-    activation = forward_activation_bytes(inputs, config.max_batch_tokens, "flash-attn", config.max_seqs)
-    reserved = int(gpu.memory_bytes * (1 - fraction)) - activation
-    mem = _pooled(inputs, config, engine="sglang", kv_budget=rest, available=rest, activation=activation,
-                  reserved=max(0, reserved), groups_apply=False,
-                  rule=f"mem_fraction_static {fraction:g}: free memory after loading - total x (1 - {fraction:g}), "
-                       "divided by the KV bytes of one token (page_size 1)",
-                  source="sglang v0.5 python/sglang/srt/model_executor/model_runner.py profile_max_num_token")
-    return mem
+    activation = forward_activation_bytes(inputs, config.max_batch_tokens, "flash-attn",
+                                          min(config.max_seqs, config.max_batch_tokens))
+    return _pooled(inputs, config, engine="sglang", kv_budget=rest, available=rest, activation=activation,
+                   reserved=0, groups_apply=False,
+                   rule=f"mem_fraction_static {fraction:g}: free memory after loading - free memory before loading "
+                        f"x (1 - {fraction:g}), divided by the KV bytes of one token (page_size 1)",
+                   source="sglang python/sglang/srt/model_executor/model_runner.py profile_max_num_token")
 
 
 def _trtllm(inputs: PlanInputs, config: ResolvedConfig) -> EngineMemory:
-    """TensorRT-LLM PyTorch backend (tensorrt_llm/_torch/pyexecutor/_util.py KvCacheCreator): after the weights
-    and a dry-run forward of max_num_tokens, free_gpu_memory_fraction of the free memory goes to the KV cache."""
-    gpu = get_gpu(inputs.gpu)
+    """TensorRT-LLM PyTorch backend (tensorrt_llm/_torch/pyexecutor/_util.py KvCacheCreator.configure_kv_cache_capacity
+    and _cal_max_memory): after the weights and a dry run of dummy requests, free_gpu_memory_fraction of
+    (total - peak) goes to the KV cache, max_tokens = that / the KV bytes of one token."""
+    gpu = _gpu(inputs, config)
     weights = _weights(inputs)
     activation = forward_activation_bytes(inputs, config.max_batch_tokens, "flash-attn", config.max_seqs)
+    # _cal_max_memory: (total - peak) x fraction, peak = torch peak of the dry run (weights, activations) + the
+    # memory used outside torch (the CUDA context, NCCL, CUDA graphs: the context here)
     free = gpu.memory_bytes - CUDA_CONTEXT_BYTES - weights - activation
     kv_budget = int(free * config.memory_fraction)
     if kv_budget <= 0 and config.num_blocks is None:
         raise ValueError(f"gpu: the weights ({weights / GIB:.2f} GiB per GPU) leave no free memory on {gpu.label}")
     return _pooled(inputs, config, engine="trtllm", kv_budget=kv_budget, available=free, activation=activation,
-                   reserved=free - kv_budget, groups_apply=False,
+                   reserved=0, groups_apply=False,
                    rule=f"free_gpu_memory_fraction {config.memory_fraction:g} of the memory free after the weights "
                         "and a dry-run forward, in blocks of tokens_per_block tokens",
                    source="TensorRT-LLM v1.0 tensorrt_llm/_torch/pyexecutor/_util.py KvCacheCreator")

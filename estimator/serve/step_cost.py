@@ -7,9 +7,10 @@ kernel from Python (step_time.DECODE_KERNEL_HOST_MS per launched kernel, DECODE_
 with CUDA graphs a step pays one graph launch (the kernels are replayed, not dispatched).
 
 How each engine runs attention:
-- hf-cb through `paged|sdpa` or `paged|eager` (transformers 5.17 integrations/sdpa_paged.py): every layer makes ONE
-  call over the whole packed batch, q (1, heads, Q, d) against the keys read from the cache plus the new ones,
-  K = sum of the cached lengths + Q, with the dense (1, 1, Q, K) mask; priced as that masked call.
+- hf-cb through `paged|sdpa` or `paged|eager` (transformers 5.17 integrations/sdpa_paged.py): every layer gathers
+  the cached pages of the batch's requests and the new tokens into one k and v (K = sum of the cached lengths + Q),
+  repeats them to every query head (repeat_kv) and makes ONE call over the whole packed batch, q (1, heads, Q, d),
+  with the dense (1, 1, Q, K) mask; priced as those two copies and that masked call.
 - hf-cb through `paged|flash_attention_*`, vLLM, SGLang, TensorRT-LLM: varlen/paged kernels; each prefill chunk of
   q tokens over ctx cached ones priced as its own flash call (q x (ctx + q)), every decode row as a read of its cache.
 
@@ -51,9 +52,9 @@ GRAPH_STEP_LAUNCHES = 10
 #   python -m validation.serving.fit --cases validation/serving/cases/h200_fit.txt \
 #       --steps validation/data/h200_serve_fit_steps.csv
 # overhead_ms = BASE + PER_REQUEST * scheduled requests + PER_KV_TOKEN * (cached tokens read + new tokens).
-HF_CB_STEP_BASE_MS = 27.45
-HF_CB_STEP_PER_REQUEST_MS = 0.2648
-HF_CB_STEP_PER_KV_TOKEN_MS = 0.0005898
+HF_CB_STEP_BASE_MS = 27.44
+HF_CB_STEP_PER_REQUEST_MS = 0.2651
+HF_CB_STEP_PER_KV_TOKEN_MS = 0.0005894
 
 
 def hf_cb_overhead_ms(requests: int, kv_tokens: int) -> float:
@@ -203,14 +204,13 @@ class StepPricer:
         if self.masked:
             core = self._call_ms(q_tokens, max(masked_kv_tokens, q_tokens), False)
             # reading the cache into the contiguous k, v the call takes (index_select over the read pages)
-            gather = self.kern.mem_ms("copy", max(masked_kv_tokens - q_tokens, 0)
-                                      * self.kv_bytes_per_token_layer / 2, self.dtype)[0]
-            # sdpa_paged.py then hands SDPA contiguous (1, q_heads, K, d) keys and values: repeat_kv copies them
-            # to every query head (GQA), or .contiguous() copies the transposed view (MHA): one copy of K and V
-            # at q_heads either way
-            heads_copy = self.kern.mem_ms("copy", 2 * max(masked_kv_tokens, q_tokens) * self.hq
-                                          * self.inputs.model.head_dim, self.dtype)[0]
-            attn_ms = m.layers * (core + gather + heads_copy)
+            # transformers 5.17 integrations/sdpa_paged.py: cache.update gathers the read pages and the new
+            # tokens into one k and one v (index_select), repeat_kv copies them to every query head (GQA)
+            elements = masked_kv_tokens * self.kv_bytes_per_token_layer / passes.element_bytes(self.dtype)
+            gather = self.kern.mem_ms("copy", elements, self.dtype)[0]
+            repeat = (self.kern.mem_ms("copy", elements * self.hq / self.hk, self.dtype)[0]
+                      if self.hq > self.hk else 0.0)
+            attn_ms = m.layers * (core + gather + repeat)
         else:
             core = 0.0
             if decode_kv_tokens:

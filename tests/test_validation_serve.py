@@ -56,7 +56,7 @@ def test_arrivals_are_honoured(run):
     measured = [float(r["arrival_s"]) for r in reqs if r["run"] == "poisson"]
     assert [int(r["prompt_tokens"]) for r in reqs if r["run"] == "poisson"] == [q.prompt_tokens for q in wl.requests]
     for m, q in zip(measured, wl.requests):
-        assert q.arrival_s - 1e-3 <= m <= q.arrival_s + 0.25  # added once its time has come, not before
+        assert q.arrival_s - 1e-3 <= m <= q.arrival_s + 1.0  # added once its time has come, not before
 
 
 def test_summary_has_the_engine_cache_and_the_prediction(run):
@@ -116,6 +116,10 @@ def test_unsorted_workload_csv_and_bad_case_line(tmp_path, capsys):
     assert main(["serve", "--cases", str(cases), "--out", str(tmp_path / "o.csv")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: rate") and "--rate nope" in err
+    cases.write_text("--tiny --rate 2 --bogus 3\n")
+    assert main(["serve", "--cases", str(cases), "--out", str(tmp_path / "o.csv")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --cases: bad line") and "--bogus" in err[0]
 
 
 def test_latency_summary_definitions():

@@ -74,13 +74,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="on a CPU, the memory the engine is told the device has (default 1024)")
 
 
+class _CaseParser(argparse.ArgumentParser):
+    def error(self, message: str):  # a bad case line is one ValueError line, not usage text and an exit
+        raise ValueError(message)
+
+
 def _case_args(line: str, base: argparse.Namespace) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="case", add_help=False, exit_on_error=False)
+    p = _CaseParser(prog="case", add_help=False)
     add_arguments(p)
-    tokens = shlex.split(line) + ["--out", base.out]
     try:
-        args = p.parse_args(tokens)
-    except (argparse.ArgumentError, SystemExit) as exc:
+        args = p.parse_args(shlex.split(line) + ["--out", base.out])
+    except ValueError as exc:
         raise ValueError(f"--cases: bad line {line!r}: {exc}") from None
     for name in ("summary", "steps", "device", "gpu", "no_predict", "cpu_memory_mib"):
         if getattr(args, name) in (None, False):

@@ -30,7 +30,7 @@ def run(tmp_path_factory):
                      + " ".join(TINY) + " --rate 40 --requests 6 --prompt-tokens uniform:20:60 --output-tokens 5 "
                      "--num-blocks 64 --max-batch-tokens 96 --run-id poisson\n"
                      + " ".join(TINY) + " --rate inf --requests 5 --prompt-tokens 30 --output-tokens uniform:2:6 "
-                     "--num-blocks 12 --max-batch-tokens 64 --seed 3 --run-id offline\n")
+                     "--num-blocks 12 --max-batch-tokens 64 --run-id offline\n")
     out, summary, steps = d / "req.csv", d / "sum.csv", d / "steps.csv"
     rc = main(["serve", "--cases", str(cases), "--out", str(out), "--summary", str(summary), "--steps", str(steps)])
     assert rc == 0

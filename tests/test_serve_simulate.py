@@ -45,9 +45,9 @@ def test_one_request_alone_takes_the_priced_steps(engine):
     si = inputs(engine, workload=wl)
     config, memory, pricer = prepare(si)
     r = serve(si)
-    prefill = pricer.step_ms(700, 1, 0, [(700, 0)], 700) if memory.max_batch_tokens >= 700 else None
+    prefill = pricer.step_ms(700, 1, 0, [(700, 0)], 700, requests=1) if memory.max_batch_tokens >= 700 else None
     assert prefill is not None
-    decode = [pricer.step_ms(1, 1, 700 + k, [], 700 + k + 1) for k in range(4)]
+    decode = [pricer.step_ms(1, 1, 700 + k, [], 700 + k + 1, requests=1) for k in range(4)]
     assert r.ttft_ms["p50"] == pytest.approx(prefill, abs=1e-3)
     assert r.e2e_ms["p50"] == pytest.approx(prefill + sum(decode), abs=1e-3)
     assert r.tpot_ms["p50"] == pytest.approx(sum(decode) / 4, abs=1e-3)

@@ -129,7 +129,8 @@ def simulate(workload: Workload, memory: EngineMemory, pricer: StepPricer, confi
         if window:  # sliding layers read at most window - 1 cached tokens a request
             win_dec = int(np.minimum(dec_comp, window - 1).sum())
             win_masked = win_dec + int(np.minimum(pre_comp, window - 1).sum()) + q
-        dt = pricer.step_ms(q, rows, decode_kv, chunks, masked_kv, win_dec, win_masked) / 1e3
+        dt = pricer.step_ms(q, rows, decode_kv, chunks, masked_kv, win_dec, win_masked,
+                            requests=len(dec) + len(pre)) / 1e3
         t += dt
         busy += dt
         steps += 1

@@ -18,7 +18,8 @@ Every attention call a step can make is priced once, when the pricer is built, o
 per octave; queries rounded up, keys interpolated linearly) in one columnar pass of the attention estimator.
 
 API (stable): `StepPricer(inputs, memory, cuda_graphs=)`, `.step_ms(q_tokens, logit_rows, decode_kv_tokens,
-prefill_chunks, masked_kv_tokens, decode_window_kv_tokens=None, masked_window_kv_tokens=None)`; `.window`,
+prefill_chunks, masked_kv_tokens, decode_window_kv_tokens=None, masked_window_kv_tokens=None, *, requests=0,
+overhead=True)`; `.window`,
 `.full_layers`, `.sliding_layers`, `.masked` (hf-cb's packed masked call), `.attn_backend`.
 """
 
@@ -49,6 +50,22 @@ GRID_PER_OCTAVE = 4
 GRAPH_STEP_LAUNCHES = 10
 HF_Q_PADDING = 64  # transformers 5.17 continuous_batching/initialization.py FALLBACK_DEFAULTS q_padding_interval_size
 HF_KV_PADDING = 64 * 256  # kv_padding_interval_size
+
+
+# hf-cb's per-step overhead beyond the priced kernels (transformers 5.17 runs a step from Python in sync mode: the
+# scheduler, prepare_batch_tensors and update_batch loop over the scheduled requests; the read/write index lists
+# are built as Python lists, one `range` per block, and copied to the GPU), fitted on the H200 FIT set by
+#   python -m validation.serving.fit --cases validation/serving/cases/h200_fit.txt \
+#       --steps validation/data/h200_serve_fit_steps.csv
+# overhead_ms = BASE + PER_REQUEST * scheduled requests + PER_KV_TOKEN * (cached tokens read + new tokens).
+HF_CB_STEP_BASE_MS = 27.44
+HF_CB_STEP_PER_REQUEST_MS = 0.2651
+HF_CB_STEP_PER_KV_TOKEN_MS = 0.0005894
+
+
+def hf_cb_overhead_ms(requests: int, kv_tokens: int) -> float:
+    """hf-cb's measured per-step overhead (see the constants above)."""
+    return HF_CB_STEP_BASE_MS + HF_CB_STEP_PER_REQUEST_MS * requests + HF_CB_STEP_PER_KV_TOKEN_MS * kv_tokens
 
 
 def grid_up(x: int) -> int:
@@ -184,12 +201,15 @@ class StepPricer:
     # --- one step
     def step_ms(self, q_tokens: int, logit_rows: int, decode_kv_tokens: int,
                 prefill_chunks: list[tuple[int, int]], masked_kv_tokens: int = 0,
-                decode_window_kv_tokens: int | None = None, masked_window_kv_tokens: int | None = None) -> float:
+                decode_window_kv_tokens: int | None = None, masked_window_kv_tokens: int | None = None, *,
+                requests: int = 0, overhead: bool = True) -> float:
         """Wall ms of one step: `q_tokens` new tokens in the forward, `logit_rows` of them produce a token,
         decode rows read `decode_kv_tokens` cached tokens in all, `prefill_chunks` are (chunk tokens, cached tokens
         before the chunk); for hf-cb's masked path `masked_kv_tokens` is the K of its one packed call. Sliding-window
         layers read at most window - 1 cached tokens a request: `decode_window_kv_tokens` and
-        `masked_window_kv_tokens` are those sums (None: the same as the full ones, no sliding layers)."""
+        `masked_window_kv_tokens` are those sums (None: the same as the full ones, no sliding layers). hf-cb steps
+        add the engine's measured per-step overhead for `requests` scheduled requests (`overhead=False`: without
+        it, as validation/serving/fit.py prices measured steps to fit it)."""
         if q_tokens <= 0:
             return 0.0
         m = self.inputs.model
@@ -238,4 +258,7 @@ class StepPricer:
             host = self.kern.k.launch_floor_ms * GRAPH_STEP_LAUNCHES
             return max(gpu_ms, host) + self.sync_ms
         host = kernels * DECODE_KERNEL_HOST_MS
-        return max(gpu_ms, host) + DECODE_MODEL_PYTHON_MS + self.sync_ms
+        extra = 0.0
+        if overhead and self.memory.engine == "hf-cb":
+            extra = hf_cb_overhead_ms(requests, max(masked_kv_tokens, q_tokens))
+        return max(gpu_ms, host) + DECODE_MODEL_PYTHON_MS + self.sync_ms + extra

@@ -139,3 +139,13 @@ def test_tensor_parallel_splits_kv_heads():
     assert four.kv_bytes_per_token * 2 == one.kv_bytes_per_token
     assert four.weights_bytes < one.weights_bytes
     assert four.kv_cache_tokens > one.kv_cache_tokens
+
+
+def test_hf_cb_allocates_one_mask_per_layer_type_present():
+    """The solve counts two masks when a sliding group exists; the engine allocates one per layer type present
+    (transformers 5.17 input_outputs.py): two for Gemma-2 (full and sliding), one for Mistral (every layer slides)."""
+    for name, expected in (("gemma-2-9b", 2), ("mistral-7b", 1), ("llama-3-8b", 1)):
+        plan = PlanInputs(model=get_preset(name), seq_len=4096, gpu="h200")
+        mem = engine_memory(plan, resolve_config(EngineConfig(engine="hf-cb", num_blocks=100,
+                                                              max_batch_tokens=1024), 4096))
+        assert mem.mask_bytes == expected * 1024 * (100 * 256 + 1024) * 2

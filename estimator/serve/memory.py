@@ -242,7 +242,11 @@ def _hf_cb(inputs: PlanInputs, config: ResolvedConfig, available_bytes: int | No
     bulk = HF_STATIC_INPUT_ROWS * (cdiv(M + 1, 32) * 32) * i32 + (M + 1) * i32
     index = groups * M * 8 + groups * (N + M) * 8 + groups * max_seqs * max_blocks * i32 * (1 if max_blocks else 0)
     static = io * (bulk + index)
-    mask = io * masks * M * (N + M) * a
+    # the solver counts two masks whenever a sliding group exists (cache.py num_attention_masks), but
+    # input_outputs.py _setup_static_tensors allocates one (1, 1, M, N + M) mask per layer type present: one for a
+    # model whose every layer slides (Mistral)
+    allocated_masks = 0 if flash else int(full_groups > 0) + int(sliding_groups > 0)
+    mask = io * allocated_masks * M * (N + M) * a
     activation = forward_activation_bytes(inputs, M, "flash-attn" if flash else inputs.backend, min(max_seqs, M))
     components = (("weights", weights), ("kv cache", kv_bytes), ("static input/output tensors", static),
                   ("attention mask (1, 1, M, N + M)", mask), ("forward activations (max_batch_tokens)", activation),

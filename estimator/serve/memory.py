@@ -126,6 +126,63 @@ def _weights(inputs: PlanInputs) -> int:
     return model_state(replace(inputs, mode="inference"))[0]
 
 
+def parameter_tensor_bytes(inputs: PlanInputs) -> list[int] | None:
+    """The parameter tensors of a dense transformers decoder on one GPU, in the order the model registers (and
+    `.to(device)` moves) them: the embedding, per layer the attention projections (weight then bias), q/k norms,
+    the MLP, the layer norms, then the final norm and the LM head (absent when tied). Shapes from
+    estimator/model/layer_passes.py `linear_shapes`. None for mixture-of-experts and latent-attention models, whose
+    expert and latent tensors transformers lays out differently."""
+    from estimator.model.layer_passes import linear_shapes
+
+    m = inputs.model
+    if m.experts or m.mla:
+        return None
+    es = DTYPE_BITS[inputs.dtype] // 8
+    V, H = cdiv(m.vocab, inputs.tp), m.hidden
+    attn, mlp, _ = linear_shapes(inputs)
+    norm = H * (2 if m.norm == "layernorm" else 1)
+    layer: list[int] = []
+    for index, (n, k, count) in enumerate(attn):
+        for _ in range(count):
+            layer.append(n * k * es)
+            if (m.qkv_bias and index < len(attn) - 1) or (m.out_bias and index == len(attn) - 1):
+                layer.append(n * es)
+    if m.qk_norm:
+        layer += [m.head_dim * es, m.head_dim * es]
+    for n, k, count in mlp:
+        for _ in range(count):
+            layer.append(n * k * es)
+            if m.mlp_bias:
+                layer.append(n * es)
+    layer += [norm * es] * m.norms_per_layer
+    tensors = [V * H * es] + layer * m.layers + [norm * es]
+    if not m.tied_embeddings:
+        tensors.append(V * H * es)
+    return tensors
+
+
+@lru_cache(maxsize=64)
+def weights_allocator_bytes(inputs: PlanInputs) -> tuple[int, int]:
+    """(allocated, reserved) bytes PyTorch's caching allocator holds for the weights: the parameter tensors
+    allocated one by one in registration order, replayed by estimator/call/allocator.py. Allocated counts each
+    block as the allocator keeps it (a tensor's remainder of 1 MiB or less in its segment is not split off);
+    reserved counts the segments (tensors of 1-10 MiB share 20 MiB segments, small ones 2 MiB segments). The
+    weights' bytes for both where the layout is not known (parameter_tensor_bytes is None). On the H200
+    (validation/data/h200_serve_heldout_summary.csv, `reserved_before_bytes - weights_bytes` with weights_bytes
+    torch.cuda.memory_allocated after loading): 129.5 MiB for llama-3.1-8b, mistral-7b and qwen2.5-7b, 65.7 MiB for
+    llama-3.1-8b at 16 layers, 1.6 MiB for phi-3-mini, 0.8 MiB for gemma-2-9b; the replay gives 129.5, 129.5,
+    129.4, 65.5, 1.9 and 0.8 MiB (tests/test_serve_memory.py)."""
+    from estimator.call.allocator import CachingAllocator
+
+    weights = _weights(inputs)
+    tensors = parameter_tensor_bytes(inputs)
+    if tensors is None:
+        return weights, weights
+    alloc = CachingAllocator(capacity_bytes=1 << 62)
+    allocated = sum(alloc.malloc(size).size for size in tensors)
+    return max(allocated, weights), max(alloc.reserved_bytes, allocated, weights)
+
+
 def engine_memory(inputs: PlanInputs, config: ResolvedConfig) -> EngineMemory:
     """The engine's pool and the rest of its memory on one GPU (see the module docstring)."""
     if inputs.model.kind != "decoder":
@@ -173,8 +230,10 @@ def _hf_cb(inputs: PlanInputs, config: ResolvedConfig, available_bytes: int | No
     else:
         max_blocks = 0
     i32 = 4
-    weights = _weights(inputs)
-    free = gpu.memory_bytes - CUDA_CONTEXT_BYTES - weights
+    # the device's free memory after loading: the context and what the allocator reserved for the weights
+    # (weights: the bytes allocated for them as the allocator keeps the blocks)
+    weights, reserved = weights_allocator_bytes(inputs)
+    free = gpu.memory_bytes - CUDA_CONTEXT_BYTES - reserved
     if free <= 0:
         raise ValueError(f"gpu: the weights ({weights / GIB:.2f} GiB per GPU) do not fit on {gpu.label}")
     fraction = config.memory_fraction

@@ -110,27 +110,30 @@ def serve(inputs: ServeInputs, progress=None, time_budget_s: float | None = None
 
 def _peak_bytes(plan: PlanInputs, memory: EngineMemory, max_q: int, max_k: int, max_running: int) -> int:
     """Peak per GPU over the run: what the engine allocated at start (weights, pool, static tensors, mask,
-    context) + the largest step's forward activations (the project's, at the step's token count) + for hf-cb's
-    masked path what one layer's attention adds at the largest K (transformers 5.17 integrations/sdpa_paged.py): the
-    gathered k and v, their repeat to every query head, and the masked call's own peak (the attention estimator's).
-    An upper-side figure: the causal call inside the model's activations is counted beside the masked one."""
+    workspace, CUDA context) + the largest step's transient, the larger of its forward activations (the project's,
+    at the step's token count: the FFN or logits phase) and, for hf-cb's masked path, one layer's attention phase
+    at the largest K (transformers 5.17 integrations/sdpa_paged.py): the layer input and the normed input, q, the
+    k and v gathered from the cache, their repeat to every query head and the masked call's own peak (the
+    attention estimator's). The largest q and the largest K may come from different steps: an upper-side figure."""
     from estimator.call.attention import estimate_call
-    from estimator.call.config import AttentionCall
+    from estimator.call.config import AttentionCall, element_bytes
     from estimator.hardware import get_gpu
 
     fixed = sum(b for name, b in memory.components if not name.startswith("forward activations"))
     backend = plan.backend if memory.engine == "hf-cb" else "flash-attn"
-    act = forward_activation_bytes(plan, max(1, max_q), backend, max(1, min(max_running, max_q)))
-    extra = 0
+    transient = forward_activation_bytes(plan, max(1, max_q), backend, max(1, min(max_running, max_q)))
     if memory.engine == "hf-cb" and plan.backend != "flash-attn" and max_k > 0:
-        hq, hk = plan.q_heads_per_gpu, plan.kv_heads_per_gpu
+        hq, hk, d = plan.q_heads_per_gpu, plan.kv_heads_per_gpu, plan.model.head_dim
+        es = element_bytes(plan.dtype)
         gathered = max_k * memory.kv_read_bytes_per_token
-        extra = gathered + (gathered * hq // hk if hq > hk else 0)
-        call = AttentionCall(batch=1, q_heads=hq, kv_heads=hq, head_dim=plan.model.head_dim, q_len=max(1, max_q),
-                             kv_len=max_k, dtype=plan.dtype, mask="bool", mode="forward", backend=plan.backend)
+        phase = 2 * max_q * plan.model.hidden * es + max_q * hq * d * es + gathered
+        phase += gathered * hq // hk if hq > hk else 0
+        call = AttentionCall(batch=1, q_heads=hq, kv_heads=hq, head_dim=d, q_len=max(1, max_q), kv_len=max_k,
+                             dtype=plan.dtype, mask="bool", mode="forward", backend=plan.backend)
         try:
             est = estimate_call(call, get_gpu(plan.gpu), plan.torch_version)
-            extra += est.peak_extra_bytes or 0
+            phase += est.peak_extra_bytes or 0
         except ValueError:
             pass
-    return fixed + act + extra
+        transient = max(transient, phase)
+    return fixed + transient

@@ -100,6 +100,8 @@ class ServeResult:
             "num_blocks": mem.num_blocks, "block_size": mem.block_size, "max_batch_tokens": mem.max_batch_tokens,
             "max_seqs": mem.max_seqs, "peak_bytes": self.peak_bytes, "capacity_bytes": mem.capacity_bytes,
             "fits": self.peak_bytes <= mem.capacity_bytes,
+            # what torch.cuda.max_memory_allocated would report: the peak without the CUDA context
+            "peak_allocated_bytes": self.peak_bytes - mem.context_bytes,
             "throughput_output_tokens_per_s": round(self.throughput_output_tokens_per_s, 3),
             "throughput_tokens_per_s": round(self.throughput_tokens_per_s, 3),
             "ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms, "e2e_ms": self.e2e_ms,

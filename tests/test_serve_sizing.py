@@ -41,12 +41,15 @@ def test_max_rate_meets_the_targets_and_a_bit_more_does_not():
 
 def test_fleet_cost_comes_only_from_the_price():
     priced = size_fleet(inputs(price=2.0), gpus=("h200", "h100-sxm"), tps=(1, 2), max_probes=6)
-    assert priced["choices"]
+    assert priced["choices"] and priced["priced_gpu"] == "h200"
     for c in priced["choices"]:
+        assert c["replicas"] == max(1, math.ceil(priced["rate_per_s"] / c["max_rate_per_replica"] - 1e-9))
+        if c["gpu"] != "h200":  # the price was entered for the H200: none is invented for another GPU
+            assert "cost_per_million_output_tokens" not in c
+            continue
         tokens_per_hour = priced["rate_per_s"] * 48 * 3600
         assert c["cost_per_million_output_tokens"] == pytest.approx(2.0 * c["gpus"] / tokens_per_hour * 1e6,
                                                                     rel=1e-3)
-        assert c["replicas"] == max(1, math.ceil(priced["rate_per_s"] / c["max_rate_per_replica"] - 1e-9))
     unpriced = size_fleet(inputs(), gpus=("h200",), tps=(1,), max_probes=6)
     assert all("cost_per_million_output_tokens" not in c for c in unpriced["choices"])
 

@@ -7,7 +7,7 @@
   the rate where throughput stops following the offered load.
 - `size_fleet(inputs, gpus=None, tps=(1, 2, 4, 8))`: for each catalog GPU, the fewest GPUs (replicas x tp) that
   meet the targets at the workload's own rate, replicas splitting the rate evenly; cost per million output tokens
-  only from the user's `price_per_gpu_hour`. An honest empty answer (with the reason per GPU) when nothing meets it.
+  only from the user's `price_per_gpu_hour`, for the GPU it was entered for. An honest empty answer (with the reason per GPU) when nothing meets it.
 
 Each probe is one simulation of the workload; `max_probes` bounds their number and `time_budget_s` each one's wall
 time (a browser can start a sizing).
@@ -106,9 +106,12 @@ def max_rate(inputs: ServeInputs, max_probes: int = MAX_PROBES, time_budget_s: f
     return {"rate_per_s": low, "probes": probes, "reason": f"bisected to within {high / low - 1:.1%}"}
 
 
-def size_fleet(inputs: ServeInputs, gpus=None, tps=TPS, max_probes: int = 8,
+def size_fleet(inputs: ServeInputs, gpus=None, tps=TPS, max_probes: int = 6,
                time_budget_s: float | None = None) -> dict:
-    """For each GPU (default: the catalog), the fewest GPUs meeting the targets at the workload's rate."""
+    """For each GPU (default: the catalog), the fewest GPUs meeting the targets at the workload's rate. Tensor
+    parallel degrees are tried in increasing order and the search stops once the best total is no more than the
+    next degree (a larger tp cannot use fewer GPUs). The cost per million output tokens is given only for the GPU
+    the price was entered for (`inputs.plan.gpu`): no price is invented for the others."""
     rate = workload_rate(inputs.workload)
     if rate is None:
         raise ValueError("rate: sizing needs arrivals over time (an offline batch has no rate)")
@@ -118,7 +121,9 @@ def size_fleet(inputs: ServeInputs, gpus=None, tps=TPS, max_probes: int = 8,
     rows, skipped = [], []
     for name in (gpus or CATALOG):
         best = None
-        for tp in tps:
+        for tp in sorted(tps):
+            if best is not None and best["gpus"] <= tp:
+                break
             try:
                 plan = replace(inputs.plan, gpu=name, tp=tp, gpus=tp)
                 trial = replace(inputs, plan=plan)
@@ -135,7 +140,7 @@ def size_fleet(inputs: ServeInputs, gpus=None, tps=TPS, max_probes: int = 8,
                 best = {"gpu": name, "tp": tp, "replicas": replicas, "gpus": total,
                         "max_rate_per_replica": round(found["rate_per_s"], 4)}
         if best is not None:
-            if inputs.price_per_gpu_hour is not None:
+            if inputs.price_per_gpu_hour is not None and name == inputs.plan.gpu:
                 tokens_per_hour = rate * out_per_request * 3600
                 best["cost_per_million_output_tokens"] = round(
                     inputs.price_per_gpu_hour * best["gpus"] / tokens_per_hour * 1e6, 4)
@@ -143,4 +148,4 @@ def size_fleet(inputs: ServeInputs, gpus=None, tps=TPS, max_probes: int = 8,
     rows.sort(key=lambda r: (r["gpus"], r["gpu"]))
     return {"rate_per_s": rate, "choices": rows, "skipped": skipped,
             "verdict": "no configuration meets the targets" if not rows else f"{len(rows)} GPU kinds meet them",
-            "price_per_gpu_hour": inputs.price_per_gpu_hour}
+            "price_per_gpu_hour": inputs.price_per_gpu_hour, "priced_gpu": inputs.plan.gpu}

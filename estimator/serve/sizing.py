@@ -7,7 +7,8 @@
   the rate where throughput stops following the offered load.
 - `size_fleet(inputs, gpus=None, tps=(1, 2, 4, 8))`: for each catalog GPU, the fewest GPUs (replicas x tp) that
   meet the targets at the workload's own rate, replicas splitting the rate evenly; cost per million output tokens
-  only from the user's `price_per_gpu_hour`, for the GPU it was entered for. An honest empty answer (with the reason per GPU) when nothing meets it.
+  only from the user's `price_per_gpu_hour`, for the GPU it was entered for. An honest empty answer (with the
+  reason per GPU) when nothing meets it.
 
 Each probe is one simulation of the workload; `max_probes` bounds their number and `time_budget_s` each one's wall
 time (a browser can start a sizing).

@@ -1,11 +1,12 @@
-"""`python -m estimator {predict,plan,advise} ...` (docs/contract.md §2-§4)."""
+"""`python -m estimator {predict,plan,advise,serve} ...` (docs/contract.md §2-§4, §6)."""
 
 from __future__ import annotations
 
 import importlib
 import sys
 
-COMMANDS = {"predict": "estimator.cli.predict", "plan": "estimator.cli.plan", "advise": "estimator.cli.advise"}
+COMMANDS = {"predict": "estimator.cli.predict", "plan": "estimator.cli.plan", "advise": "estimator.cli.advise",
+            "serve": "estimator.cli.serve"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,7 @@ run    measure a predict-style CSV on the local GPU (or the CPU) beside the esti
 grid   write a predict-style case list (nsweep, matrix, random, calibration, cpu, sweep)
 report summarise a run's output: error tables, worst cases, the doubling check, kernel counts
 model  under torchrun: a HF model sharded over the processes (tp, cp, ZeRO-3), one row per rank beside the plan
+serve  transformers' continuous batching serving a workload on the local device, beside the serving simulation
 """
 
 from __future__ import annotations
@@ -134,6 +135,11 @@ def _model(args) -> int:
     return main_model(args)
 
 
+def _serve(args) -> int:
+    from validation.serving.cli import main_serve
+    return main_serve(args)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m validation", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -183,6 +189,11 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when torch sees a GPU, else cpu")
     c.add_argument("--budget-s", type=float, default=90.0, help="seconds before sections are cut; 0 = none")
     c.set_defaults(func=_calibrate)
+    sv = sub.add_parser("serve", help="transformers continuous batching serving a workload, per request beside "
+                        "the serving simulation (validation/serving/)")
+    from validation.serving.cli import add_arguments as serve_arguments
+    serve_arguments(sv)
+    sv.set_defaults(func=_serve)
     return p
 
 

@@ -40,7 +40,7 @@ def measured(run_id: str) -> dict:
 
 
 def serve_inputs(line: str, tmp_path):
-    from validation.hf_configs import family_config
+    from validation.model.hf_configs import family_config
     from validation.serving.cli import add_arguments
     from validation.serving.predict import serve_flags
 

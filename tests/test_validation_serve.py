@@ -55,7 +55,7 @@ def test_arrivals_are_honoured(run):
     wl = synthetic_workload(rate_per_s=40, requests=6, prompt_tokens="uniform:20:60", output_tokens=5, seed=0)
     measured = [float(r["arrival_s"]) for r in reqs if r["run"] == "poisson"]
     assert [int(r["prompt_tokens"]) for r in reqs if r["run"] == "poisson"] == [q.prompt_tokens for q in wl.requests]
-    for m, q in zip(measured, wl.requests):
+    for m, q in zip(measured, wl.requests, strict=False):
         assert q.arrival_s - 1e-3 <= m <= q.arrival_s + 1.0  # added once its time has come, not before
 
 
@@ -161,7 +161,7 @@ def test_committed_constants_are_what_the_fit_command_gives():
 def test_compare_table_counts_the_bands():
     row = {"run": "r", "num_blocks": 10, "pred_num_blocks": 10, "max_batch_tokens": 8, "pred_max_batch_tokens": 8,
            "peak_error": 0.02, "throughput_error": -0.2}
-    row.update({f"{k}_error": e for k, e in zip(compare.LATENCIES, (0.1, 0.3, -0.19, math.nan))})
+    row.update({f"{k}_error": e for k, e in zip(compare.LATENCIES, (0.1, 0.3, -0.19, math.nan), strict=False)})
     text = compare.table([row])
     assert "exact 1/1" in text and "peak within 3% 1/1" in text and "throughput within 15% 0/1" in text
     assert "ttft p50 1/1" in text and "ttft p99 0/1" in text and "tpot p50 1/1" in text

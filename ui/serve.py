@@ -160,7 +160,7 @@ def parse_upload(data: bytes, source: str = "workload") -> tuple[Workload, list[
         parsed = list(csv.reader([line for _, line in lines[1:]]))
     except csv.Error as exc:
         raise ValueError(f"workload: not a CSV file ({exc})") from None
-    for (number, _), row in zip(lines[1:], parsed):
+    for (number, _), row in zip(lines[1:], parsed, strict=False):
         if len(row) < len(header):
             bad.append(f"line {number}: {len(row)} cells, the header has {len(header)}")
             continue

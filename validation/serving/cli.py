@@ -27,7 +27,8 @@ SUMMARY_COLUMNS = [
     "run", "status", "reason", "family", "layers", "device_name", "requests", "finished", "prompt_tokens_total",
     "output_tokens_total", "block_size", "num_blocks", "pred_num_blocks", "max_batch_tokens", "pred_max_batch_tokens",
     "max_requests_per_batch", "max_memory_percent", "use_cuda_graph", "use_async_batching", "attn_implementation",
-    "weights_bytes", "device_total_bytes", "device_free_bytes", "reserved_before_bytes", "after_cache_bytes", "peak_allocated_bytes", "pred_peak_allocated_bytes", "peak_reserved_bytes",
+    "weights_bytes", "device_total_bytes", "device_free_bytes", "reserved_before_bytes", "after_cache_bytes",
+    "peak_allocated_bytes", "pred_peak_allocated_bytes", "peak_reserved_bytes",
     "steps", "makespan_s", "pred_makespan_s", "output_tokens_per_s", "pred_output_tokens_per_s",
     "total_tokens_per_s", "pred_total_tokens_per_s",
     "ttft_p50_ms", "pred_ttft_p50_ms", "ttft_p90_ms", "pred_ttft_p90_ms", "ttft_p99_ms", "pred_ttft_p99_ms",
@@ -140,7 +141,7 @@ def run_one(args, slot: dict, line: str | None) -> dict:
     """One run: build (or reuse) the model, serve the workload, predict, append the rows; returns its summary."""
     import torch
 
-    from validation.hf_configs import family_config
+    from validation.model.hf_configs import family_config
     from validation.serving.engine import build_model, run_engine
 
     knobs = _knobs(args)

@@ -41,7 +41,7 @@ def compare_rows(case_file: str, summary_file: str) -> list[dict]:
         sim = result.simulation
         requests = workload_from_args(args)
         pred = predicted_summary(requests, [{"first_token_s": f, "finish_s": z}
-                                            for f, z in zip(sim.first_token_s, sim.finish_s)])
+                                            for f, z in zip(sim.first_token_s, sim.finish_s, strict=False)])
         row = {"run": run, "num_blocks": int(m["num_blocks"]), "pred_num_blocks": result.memory.num_blocks,
                "max_batch_tokens": int(m["max_batch_tokens"]), "pred_max_batch_tokens": result.memory.max_batch_tokens,
                "peak_allocated_bytes": int(m["peak_allocated_bytes"]), "pred_peak_bytes": result.peak_bytes,
@@ -63,7 +63,7 @@ def _inputs_by_run(case_file: str) -> dict:
     import tempfile
 
     from estimator.cli.serve import build_parser, inputs_from_serve_args
-    from validation.hf_configs import family_config
+    from validation.model.hf_configs import family_config
     from validation.serving.cli import _case_args, _run_id, read_case_lines
     from validation.serving.predict import serve_flags
 

@@ -80,7 +80,7 @@ def build_model(cfg: dict, device: str):
     """The bf16 causal LM of a config dict (validation.hf_configs), random weights, on `device`."""
     from transformers import AutoModelForCausalLM
 
-    from validation.hf_configs import to_hf_config
+    from validation.model.hf_configs import to_hf_config
 
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(to_hf_config(cfg), attn_implementation="sdpa", dtype=torch.bfloat16)
@@ -200,7 +200,7 @@ def run_engine(model, requests: list, knobs: EngineKnobs, *, device: str, timeou
 
         def feed():
             try:
-                for i, (req, prompt) in enumerate(zip(requests, prompts)):
+                for i, (req, prompt) in enumerate(zip(requests, prompts, strict=False)):
                     wait = t0 + req.arrival_s - time.perf_counter()
                     if wait > 0:
                         time.sleep(wait)
@@ -231,7 +231,7 @@ def run_engine(model, requests: list, knobs: EngineKnobs, *, device: str, timeou
     records = [_record(i, req, results.get(f"r{i}"), t0) for i, req in enumerate(requests)]
     run = EngineRun(device_name=torch.cuda.get_device_name() if cuda else "cpu", cache=cache, memory=memory,
                     requests=records, steps=list(steps), wall_s=wall_s, timed_out=timed_out)
-    del manager
+    manager = None  # the engine's cache tensors go with it before the next run (a closure above holds the name)
     gc.collect()
     if cuda:
         torch.cuda.empty_cache()

@@ -31,14 +31,15 @@ FIT_COLUMNS = ("base", "per_request", "per_kv_token")
 
 def pricers_by_run(case_file: str, base_out: str = "unused.csv") -> dict:
     """{run id: (args, pricer)} for every case of the file (the simulator's StepPricer with zero overhead)."""
-    from estimator.cli.serve import build_parser, inputs_from_serve_args
-    from estimator.serve.capacity import prepare
-    from validation.hf_configs import family_config
-    from validation.serving.cli import _run_id
-    from validation.serving.predict import serve_flags
     import json
     import os
     import tempfile
+
+    from estimator.cli.serve import build_parser, inputs_from_serve_args
+    from estimator.serve.capacity import prepare
+    from validation.model.hf_configs import family_config
+    from validation.serving.cli import _run_id
+    from validation.serving.predict import serve_flags
 
     base = argparse.Namespace(out=base_out, summary=None, steps=None, device=None, gpu="h200", no_predict=False,
                               cpu_memory_mib=1024)
@@ -89,7 +90,7 @@ def fit_overhead(rows: list[dict], priced: list[float]) -> dict:
             coef[active] = sol
             break
         active.pop(int(np.argmin(sol)))
-    return dict(zip(FIT_COLUMNS, (float(c) for c in coef)))
+    return dict(zip(FIT_COLUMNS, (float(c) for c in coef), strict=False))
 
 
 def main(argv=None) -> int:
@@ -113,7 +114,7 @@ def main(argv=None) -> int:
     print(f"HF_CB_STEP_PER_REQUEST_MS = {fit['per_request']:.4g}")
     print(f"HF_CB_STEP_PER_KV_TOKEN_MS = {fit['per_kv_token']:.4g}")
     errors = {}
-    for r, g in zip(rows, priced):
+    for r, g in zip(rows, priced, strict=False):
         model = g + fit["base"] + fit["per_request"] * r["requests"] + fit["per_kv_token"] * (r["max_kv_read"]
                                                                                               + r["q_tokens"])
         errors.setdefault(r["run"], []).append((model - r["duration_ms"]) / r["duration_ms"])

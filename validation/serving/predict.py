@@ -42,11 +42,11 @@ def predict_run(args, cfg: dict, requests: list, gpu: str) -> dict:
         inputs = inputs_from_serve_args(build_parser().parse_args(flags))
         result = serve(inputs)
     sim = result.simulation
-    if len(sim.arrival_s) != len(requests) or any(abs(a - r.arrival_s) > 1e-9 for a, r in zip(sim.arrival_s,
-                                                                                                 requests)):
+    if len(sim.arrival_s) != len(requests) or any(abs(a - r.arrival_s) > 1e-9
+                                                  for a, r in zip(sim.arrival_s, requests, strict=True)):
         raise ValueError("prediction: the simulated workload differs from the measured one")
     rows = []
-    for a, f, z, out in zip(sim.arrival_s, sim.first_token_s, sim.finish_s, sim.output_tokens):
+    for a, f, z, out in zip(sim.arrival_s, sim.first_token_s, sim.finish_s, sim.output_tokens, strict=False):
         rows.append({"first_token_s": f, "finish_s": z, "ttft_s": f - a, "e2e_s": z - a,
                      "tpot_s": (z - f) / (out - 1) if out > 1 else None})
     return {"flags": flags, "result": result, "requests": rows}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+
 @dataclass(frozen=True, kw_only=True)
 class RequestRecord:
     index: int
@@ -89,7 +90,8 @@ def measured_summary(records: list[RequestRecord]) -> dict:
 
 def predicted_summary(requests: list, predicted: list[dict]) -> dict:
     rows = [{"arrival_s": q.arrival_s, "first_token_s": p["first_token_s"], "finish_s": p["finish_s"],
-             "prompt_tokens": q.prompt_tokens, "output_tokens": q.output_tokens} for q, p in zip(requests, predicted)]
+             "prompt_tokens": q.prompt_tokens, "output_tokens": q.output_tokens}
+            for q, p in zip(requests, predicted, strict=False)]
     return latency_summary(rows)
 
 

@@ -99,7 +99,7 @@ def test_an_unknown_gpu_is_refused_plainly(no_job, monkeypatch):
 
 # --- the plan page: a vision-language config ----------------------------------------------------------------------
 
-def test_a_vision_language_config_is_said_to_be_planned_text_only():
+def test_a_vision_language_config_is_planned_with_its_vision_tower_never_silently_as_text():
     cfg = {"model_type": "gemma3", "text_config": {"hidden_size": 2560, "intermediate_size": 10240,
                                                    "model_type": "gemma3_text", "num_hidden_layers": 34},
            "vision_config": {"hidden_size": 1152, "model_type": "siglip_vision_model"}}
@@ -109,7 +109,9 @@ def test_a_vision_language_config_is_said_to_be_planned_text_only():
     next(b for b in at.button if b.label == "Plan").click()
     at.run()
     assert not at.exception and not at.error, texts(at.error)
-    assert any("text model only" in w and "vision" in w for w in texts(at.warning))
+    captions = [c.value for c in at.caption]
+    assert any("vision encoder 4,096 per image" in c for c in captions), captions  # the tower's own tokens
+    assert any("vision tower" in c and "language model" in c for c in captions), captions  # the budget by part
 
 
 def test_a_json_string_upload_plans_no_server_file(tmp_path):

@@ -1,7 +1,7 @@
 """A validation result CSV uploaded to the Validate page, read so that a bad byte or a bad row costs that row (said
 with its line number), bounded in rows, and compared with the prediction under a time budget.
 
-One row per line: `python -m validation run` writes one-line cells (validation/runner.py keeps an error's first
+One row per line: `python -m validation run` writes one-line cells (validation/call/runner.py keeps an error's first
 line), so each line is decoded and split on its own, and an unclosed quote cannot swallow the rows after it.
 """
 
@@ -14,6 +14,7 @@ import time
 import pandas as pd
 
 from estimator.call.config import CALL_COLUMNS
+from validation.errors import first_line
 
 MAX_RESULT_ROWS = 2_000  # rows compared per file: ~4 ms of prediction each on the measuring host (see docs/app.md)
 COMPARE_BUDGET_S = 30.0  # CPU-bound prediction of one file stops here; the rows left are marked, not dropped
@@ -62,7 +63,7 @@ def read_result_csv(data: bytes) -> tuple[pd.DataFrame, list[str]]:
     try:
         frame = pd.read_csv(io.StringIO("\n".join(kept)))
     except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError, OverflowError) as exc:
-        raise ValueError(f"cannot read this CSV: {(str(exc).splitlines() or [type(exc).__name__])[0]}") from None
+        raise ValueError(f"cannot read this CSV: {first_line(exc)}") from None
     frame.insert(0, LINE_COLUMN, numbers)
     measured = pd.to_numeric(frame["measured_peak_extra_bytes"], errors="coerce")
     if not measured.notna().any():

@@ -20,6 +20,7 @@ import shlex
 import sys
 import time
 
+from validation.errors import is_oom, typed_line
 from validation.serving import records
 from validation.serving.workload import workload_from_args
 
@@ -219,9 +220,7 @@ def _gpu(args, device: str) -> str:
 
 
 def failed_row(args, exc: BaseException) -> dict:
-    text = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
-    oom = "out of memory" in text.lower() or type(exc).__name__ in ("OutOfMemoryError", "MemoryError")
-    return {"run": _run_id(args), "status": "oom" if oom else "error", "reason": f"{type(exc).__name__}: {text}",
+    return {"run": _run_id(args), "status": "oom" if is_oom(exc) else "error", "reason": typed_line(exc),
             "family": args.family, "layers": args.layers or "", "args": args.line}
 
 

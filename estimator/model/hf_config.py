@@ -221,8 +221,9 @@ def from_hf_config(path_or_dict, name: str | None = None) -> ModelSpec:
         query_pre_attn_scalar=cfg.get("query_pre_attn_scalar") if model_type.startswith("gemma") else None,
         final_logit_softcap=cfg.get("final_logit_softcapping"),
         source=f"Hugging Face config.json ({model_type or '?'})" + (
-            f"; {TEXT_ONLY_NOTE} (the language model of a {multimodal} vision-language file only; python -m estimator plan "
-            "--config plans its tower, projector and language model)" if multimodal else ""), **kw)
+            f"; {TEXT_ONLY_NOTE} (the language model of a {multimodal} vision-language file only; "
+            "python -m estimator plan --config plans its tower, projector and language model)" if multimodal else ""),
+        **kw)
 
 
 def _mla_from_hf(cfg: dict, heads: int) -> dict:

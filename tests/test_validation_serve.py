@@ -176,3 +176,19 @@ def test_compare_table_counts_the_bands():
     text = compare.table([row])
     assert "exact 1/1" in text and "peak within 3% 1/1" in text and "throughput within 15% 0/1" in text
     assert "ttft p50 1/1" in text and "ttft p99 0/1" in text and "tpot p50 1/1" in text
+
+
+def test_hf_cb_step_pays_for_the_kernels_its_architecture_launches(tmp_path):
+    cases = tmp_path / "cases.txt"
+    cases.write_text("--family llama-3.1-8b --rate inf --requests 4 --run-id full\n"
+                     "--family llama-3.1-8b --layers 16 --rate inf --requests 4 --run-id half\n"
+                     "--family gemma-2-9b --rate inf --requests 4 --run-id gemma\n")
+    pricers = fit.pricers_by_run(str(cases))
+    step = {"q_tokens": 8, "requests": 8, "max_kv_read": 4096}
+    kernels = {run: pricer.step_parts(8, 8, 0, [], 4096 + 8)[1] for run, (_, pricer) in pricers.items()}
+    assert kernels["half"] < kernels["full"] < kernels["gemma"]
+    with_overhead = {run: pricer.step_ms(8, 8, 0, [], 4096 + 8, requests=8) for run, (_, pricer) in pricers.items()}
+    for run, (_, pricer) in pricers.items():
+        added = with_overhead[run] - fit.priced_ms(pricer, dict(step))
+        assert added == pytest.approx(step_cost.hf_cb_overhead_ms(kernels[run], 8, 4096 + 8), rel=1e-9)
+    assert with_overhead["gemma"] > with_overhead["full"] > with_overhead["half"]

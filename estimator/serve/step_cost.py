@@ -17,11 +17,10 @@ How each engine runs attention:
 Every attention call a step can make is priced once, when the pricer is built, on a geometric grid (4 points
 per octave; queries rounded up, keys interpolated linearly) in one columnar pass of the attention estimator.
 
-API (stable): `StepPricer(inputs, memory, cuda_graphs=)`, `.step_parts(q_tokens, logit_rows, decode_kv_tokens, prefill_chunks, masked_kv_tokens, ...)` (GPU ms, kernels,
-K), `.step_ms(q_tokens, logit_rows, decode_kv_tokens,
-prefill_chunks, masked_kv_tokens, decode_window_kv_tokens=None, masked_window_kv_tokens=None, *, requests=0,
-overhead=True)`; `.window`,
-`.full_layers`, `.sliding_layers`, `.masked` (hf-cb's packed masked call), `.attn_backend`.
+API (stable): `StepPricer(inputs, memory, cuda_graphs=)`, `.step_parts(q_tokens, logit_rows, decode_kv_tokens,
+prefill_chunks, masked_kv_tokens=0, decode_window_kv_tokens=None, masked_window_kv_tokens=None)` -> (GPU ms,
+kernels launched, K), `.step_ms(` the same `, *, requests=0, overhead=True)`; `.window`, `.full_layers`,
+`.sliding_layers`, `.masked` (hf-cb's packed masked call), `.attn_backend`.
 """
 
 from __future__ import annotations
@@ -58,7 +57,7 @@ HF_KV_PADDING = 64 * 256  # kv_padding_interval_size
 # - per launched kernel: every kernel of the forward is dispatched from Python; the eager floor is
 #   step_time.DECODE_KERNEL_HOST_MS (23 us, the generate loop's decode profile), charged as max(GPU, kernels x 23 us);
 #   the paged forward adds its own Python per module call (integrations/sdpa_paged.py: cache.update's index_select
-#   per layer, the mask per layer type), taken as PER_KERNEL ms per kernel the step launches, added to the step,
+#   in every layer), taken as PER_KERNEL ms per kernel the step launches, added to the step,
 #   so an architecture with more kernels a layer (gemma-2's four norms, its two layer types) pays for them;
 # - per scheduled request: the scheduler, input_outputs.py prepare_batch_tensors and update_batch loop over them;
 # - per token read: the read and write index lists are Python lists (cache_manager.py get_read_indices: one `range`

@@ -136,12 +136,14 @@ def test_latency_summary_definitions():
 
 def test_overhead_fit_recovers_known_coefficients():
     rows = []
-    for req in (1, 4, 16, 64):
-        for kv in (100, 5_000, 40_000):
-            rows.append({"requests": req, "max_kv_read": kv, "q_tokens": req,
-                         "duration_ms": 3.0 + 20.0 + 0.5 * req + 0.001 * (kv + req)})
+    for kernels in (700, 1400, 2500):
+        for req in (1, 4, 16, 64):
+            for kv in (100, 5_000, 40_000):
+                rows.append({"kernels": kernels, "requests": req, "max_kv_read": kv, "q_tokens": req,
+                             "duration_ms": 3.0 + 5.0 + 0.02 * kernels + 0.5 * req + 0.001 * (kv + req)})
     got = fit.fit_overhead(rows, [3.0] * len(rows))
-    assert got["base"] == pytest.approx(20.0, rel=1e-6)
+    assert got["base"] == pytest.approx(5.0, rel=1e-6)
+    assert got["per_kernel"] == pytest.approx(0.02, rel=1e-6)
     assert got["per_request"] == pytest.approx(0.5, rel=1e-6)
     assert got["per_kv_token"] == pytest.approx(0.001, rel=1e-6)
     clipped = fit.fit_overhead([{**r, "duration_ms": 3.0 + 0.5 * r["requests"] - 0.0 * r["max_kv_read"]}
@@ -153,9 +155,18 @@ def test_committed_constants_are_what_the_fit_command_gives():
     pricers = fit.pricers_by_run("validation/serving/cases/h200_fit.txt")
     rows = fit.read_steps("validation/data/h200_serve_fit_steps.csv")
     got = fit.fit_overhead(rows, [fit.priced_ms(pricers[r["run"]][1], r) for r in rows])
-    assert step_cost.HF_CB_STEP_BASE_MS == pytest.approx(got["base"], rel=2e-3)
+    assert step_cost.HF_CB_STEP_BASE_MS == pytest.approx(got["base"], rel=2e-3, abs=1e-3)
+    assert step_cost.HF_CB_STEP_PER_KERNEL_MS == pytest.approx(got["per_kernel"], rel=2e-3)
     assert step_cost.HF_CB_STEP_PER_REQUEST_MS == pytest.approx(got["per_request"], rel=2e-3)
     assert step_cost.HF_CB_STEP_PER_KV_TOKEN_MS == pytest.approx(got["per_kv_token"], rel=2e-3)
+
+
+def test_hf_cb_host_time_grows_with_the_architectures_kernels():
+    """Two steps of the same shape: the one launching more kernels (more layers) pays more hf-cb host time."""
+    small = step_cost.hf_cb_overhead_ms(708, 8, 4096)
+    large = step_cost.hf_cb_overhead_ms(2498, 8, 4096)
+    assert large - small == pytest.approx(step_cost.HF_CB_STEP_PER_KERNEL_MS * (2498 - 708))
+    assert large > small
 
 
 def test_compare_table_counts_the_bands():
@@ -165,3 +176,19 @@ def test_compare_table_counts_the_bands():
     text = compare.table([row])
     assert "exact 1/1" in text and "peak within 3% 1/1" in text and "throughput within 15% 0/1" in text
     assert "ttft p50 1/1" in text and "ttft p99 0/1" in text and "tpot p50 1/1" in text
+
+
+def test_hf_cb_step_pays_for_the_kernels_its_architecture_launches(tmp_path):
+    cases = tmp_path / "cases.txt"
+    cases.write_text("--family llama-3.1-8b --rate inf --requests 4 --run-id full\n"
+                     "--family llama-3.1-8b --layers 16 --rate inf --requests 4 --run-id half\n"
+                     "--family gemma-2-9b --rate inf --requests 4 --run-id gemma\n")
+    pricers = fit.pricers_by_run(str(cases))
+    step = {"q_tokens": 8, "requests": 8, "max_kv_read": 4096}
+    kernels = {run: pricer.step_parts(8, 8, 0, [], 4096 + 8)[1] for run, (_, pricer) in pricers.items()}
+    assert kernels["half"] < kernels["full"] < kernels["gemma"]
+    with_overhead = {run: pricer.step_ms(8, 8, 0, [], 4096 + 8, requests=8) for run, (_, pricer) in pricers.items()}
+    for run, (_, pricer) in pricers.items():
+        added = with_overhead[run] - fit.priced_ms(pricer, dict(step))
+        assert added == pytest.approx(step_cost.hf_cb_overhead_ms(kernels[run], 8, 4096 + 8), rel=1e-9)
+    assert with_overhead["gemma"] > with_overhead["full"] > with_overhead["half"]

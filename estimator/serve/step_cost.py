@@ -17,10 +17,10 @@ How each engine runs attention:
 Every attention call a step can make is priced once, when the pricer is built, on a geometric grid (4 points
 per octave; queries rounded up, keys interpolated linearly) in one columnar pass of the attention estimator.
 
-API (stable): `StepPricer(inputs, memory, cuda_graphs=)`, `.step_ms(q_tokens, logit_rows, decode_kv_tokens,
-prefill_chunks, masked_kv_tokens, decode_window_kv_tokens=None, masked_window_kv_tokens=None, *, requests=0,
-overhead=True)`; `.window`,
-`.full_layers`, `.sliding_layers`, `.masked` (hf-cb's packed masked call), `.attn_backend`.
+API (stable): `StepPricer(inputs, memory, cuda_graphs=)`, `.step_parts(q_tokens, logit_rows, decode_kv_tokens,
+prefill_chunks, masked_kv_tokens=0, decode_window_kv_tokens=None, masked_window_kv_tokens=None)` -> (GPU ms,
+kernels launched, K), `.step_ms(` the same `, *, requests=0, overhead=True)`; `.window`, `.full_layers`,
+`.sliding_layers`, `.masked` (hf-cb's packed masked call), `.attn_backend`.
 """
 
 from __future__ import annotations
@@ -52,20 +52,32 @@ HF_Q_PADDING = 64  # transformers 5.17 continuous_batching/initialization.py FAL
 HF_KV_PADDING = 64 * 256  # kv_padding_interval_size
 
 
-# hf-cb's per-step overhead beyond the priced kernels (transformers 5.17 runs a step from Python in sync mode: the
-# scheduler, prepare_batch_tensors and update_batch loop over the scheduled requests; the read/write index lists
-# are built as Python lists, one `range` per block, and copied to the GPU), fitted on the H200 FIT set by
+# hf-cb's per-step host time beyond the generate loop's (transformers 5.17 runs a step from Python in sync mode:
+# continuous_api.py prepare_next_batch, the forward, a blocking copy of the tokens, update_batch). Its mechanism:
+# - per launched kernel: every kernel of the forward is dispatched from Python; the eager floor is
+#   step_time.DECODE_KERNEL_HOST_MS (23 us, the generate loop's decode profile), charged as max(GPU, kernels x 23 us);
+#   the paged forward adds its own Python per module call (integrations/sdpa_paged.py: cache.update's index_select
+#   in every layer), taken as PER_KERNEL ms per kernel the step launches, added to the step,
+#   so an architecture with more kernels a layer (gemma-2's four norms, its two layer types) pays for them;
+# - per scheduled request: the scheduler, input_outputs.py prepare_batch_tensors and update_batch loop over them;
+# - per token read: the read and write index lists are Python lists (cache_manager.py get_read_indices: one `range`
+#   per block), copied to the GPU;
+# - per step: the scheduler's own constant (BASE).
+# Fitted (non-negative least squares in ms over every measured step) on the H200 FIT set by
 #   python -m validation.serving.fit --cases validation/serving/cases/h200_fit.txt \
 #       --steps validation/data/h200_serve_fit_steps.csv
-# overhead_ms = BASE + PER_REQUEST * scheduled requests + PER_KV_TOKEN * (cached tokens read + new tokens).
-HF_CB_STEP_BASE_MS = 27.44
-HF_CB_STEP_PER_REQUEST_MS = 0.2651
-HF_CB_STEP_PER_KV_TOKEN_MS = 0.0005894
+# The FIT set has two architectures (llama-3.1-8b 1396 kernels a step, qwen2.5-7b 1224), so BASE and PER_KERNEL are
+# nearly collinear there; the fit keeps PER_KERNEL and drives BASE to its bound of zero.
+HF_CB_STEP_BASE_MS = 0.0
+HF_CB_STEP_PER_KERNEL_MS = 0.02092
+HF_CB_STEP_PER_REQUEST_MS = 0.2526
+HF_CB_STEP_PER_KV_TOKEN_MS = 0.0005906
 
 
-def hf_cb_overhead_ms(requests: int, kv_tokens: int) -> float:
-    """hf-cb's measured per-step overhead (see the constants above)."""
-    return HF_CB_STEP_BASE_MS + HF_CB_STEP_PER_REQUEST_MS * requests + HF_CB_STEP_PER_KV_TOKEN_MS * kv_tokens
+def hf_cb_overhead_ms(kernels: int, requests: int, kv_tokens: int) -> float:
+    """hf-cb's per-step host time beyond max(GPU, kernels x DECODE_KERNEL_HOST_MS) (see the constants above)."""
+    return (HF_CB_STEP_BASE_MS + HF_CB_STEP_PER_KERNEL_MS * kernels + HF_CB_STEP_PER_REQUEST_MS * requests
+            + HF_CB_STEP_PER_KV_TOKEN_MS * kv_tokens)
 
 
 def grid_up(x: int) -> int:
@@ -199,19 +211,14 @@ class StepPricer:
         return a + (b - a) * (kv - kg[lo]) / (kg[hi] - kg[lo])
 
     # --- one step
-    def step_ms(self, q_tokens: int, logit_rows: int, decode_kv_tokens: int,
-                prefill_chunks: list[tuple[int, int]], masked_kv_tokens: int = 0,
-                decode_window_kv_tokens: int | None = None, masked_window_kv_tokens: int | None = None, *,
-                requests: int = 0, overhead: bool = True) -> float:
-        """Wall ms of one step: `q_tokens` new tokens in the forward, `logit_rows` of them produce a token,
-        decode rows read `decode_kv_tokens` cached tokens in all, `prefill_chunks` are (chunk tokens, cached tokens
-        before the chunk); for hf-cb's masked path `masked_kv_tokens` is the K of its one packed call. Sliding-window
-        layers read at most window - 1 cached tokens a request: `decode_window_kv_tokens` and
-        `masked_window_kv_tokens` are those sums (None: the same as the full ones, no sliding layers). hf-cb steps
-        add the engine's measured per-step overhead for `requests` scheduled requests (`overhead=False`: without
-        it, as validation/serving/fit.py prices measured steps to fit it)."""
+    def step_parts(self, q_tokens: int, logit_rows: int, decode_kv_tokens: int,
+                   prefill_chunks: list[tuple[int, int]], masked_kv_tokens: int = 0,
+                   decode_window_kv_tokens: int | None = None,
+                   masked_window_kv_tokens: int | None = None) -> tuple[float, int, int]:
+        """(GPU ms, kernels launched, K of hf-cb's packed call after padding) of one step's forward; the arguments
+        as `step_ms`."""
         if q_tokens <= 0:
-            return 0.0
+            return 0.0, 0, 0
         m = self.inputs.model
         win_dec = decode_kv_tokens if decode_window_kv_tokens is None else decode_window_kv_tokens
         win_masked = masked_kv_tokens if masked_window_kv_tokens is None else masked_window_kv_tokens
@@ -254,11 +261,28 @@ class StepPricer:
             attn_ms += layers * core
         kernels += 3 * m.layers
         gpu_ms += attn_ms
+        return gpu_ms, kernels, max(masked_kv_tokens, q_tokens)
+
+    def step_ms(self, q_tokens: int, logit_rows: int, decode_kv_tokens: int,
+                prefill_chunks: list[tuple[int, int]], masked_kv_tokens: int = 0,
+                decode_window_kv_tokens: int | None = None, masked_window_kv_tokens: int | None = None, *,
+                requests: int = 0, overhead: bool = True) -> float:
+        """Wall ms of one step: `q_tokens` new tokens in the forward, `logit_rows` of them produce a token,
+        decode rows read `decode_kv_tokens` cached tokens in all, `prefill_chunks` are (chunk tokens, cached tokens
+        before the chunk); for hf-cb's masked path `masked_kv_tokens` is the K of its one packed call. Sliding-window
+        layers read at most window - 1 cached tokens a request: `decode_window_kv_tokens` and
+        `masked_window_kv_tokens` are those sums (None: the same as the full ones, no sliding layers). hf-cb steps
+        add the engine's measured per-step overhead for `requests` scheduled requests (`overhead=False`: without
+        it, as validation/serving/fit.py prices measured steps to fit it)."""
+        if q_tokens <= 0:
+            return 0.0
+        gpu_ms, kernels, K = self.step_parts(q_tokens, logit_rows, decode_kv_tokens, prefill_chunks,
+                                             masked_kv_tokens, decode_window_kv_tokens, masked_window_kv_tokens)
         if self.cuda_graphs:
             host = self.kern.k.launch_floor_ms * GRAPH_STEP_LAUNCHES
             return max(gpu_ms, host) + self.sync_ms
         host = kernels * DECODE_KERNEL_HOST_MS
         extra = 0.0
         if overhead and self.memory.engine == "hf-cb":
-            extra = hf_cb_overhead_ms(requests, max(masked_kv_tokens, q_tokens))
+            extra = hf_cb_overhead_ms(kernels, requests, K)
         return max(gpu_ms, host) + DECODE_MODEL_PYTHON_MS + self.sync_ms + extra

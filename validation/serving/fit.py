@@ -9,10 +9,14 @@ preparation, the forward and the token update all fall in it) is priced by the s
 run's model, GPU and knobs with the overhead set to zero; the residual is fitted by least squares in ms (each
 step weighs its own time, so a run's total time, hence its throughput, is kept), non-negative, as
 
-    overhead_ms = base + per_request * requests + per_kv_token * (cached tokens read + new tokens)
+    overhead_ms = base + per_kernel * kernels + per_request * requests
+                  + per_kv_token * (cached tokens read + new tokens)
 
-transformers 5.17 runs each step from Python in sync mode (continuous_api.py: prepare_next_batch, then the
-forward, then a blocking copy of the tokens, then update_batch): per scheduled request the scheduler, the IO
+where kernels is what the StepPricer counts the step's forward launches for the run's architecture (the same
+count that prices the eager host floor, kernels x step_time.DECODE_KERNEL_HOST_MS). transformers 5.17 runs each
+step from Python in sync mode (continuous_api.py: prepare_next_batch, then the forward, then a blocking copy of
+the tokens, then update_batch): per launched kernel the paged forward's module Python, per scheduled request the
+scheduler, the IO
 preparation (input_outputs.py prepare_batch_tensors) and the update each loop in Python; per token read, the read
 and write index lists are built as Python lists (cache_manager.py get_read_indices: one `range` per block) and
 copied to the GPU. The fitted numbers are printed in the form estimator/serve/step_cost.py reads.
@@ -26,7 +30,7 @@ import sys
 
 from validation.serving.cli import _case_args, read_case_lines
 
-FIT_COLUMNS = ("base", "per_request", "per_kv_token")
+FIT_COLUMNS = ("base", "per_kernel", "per_request", "per_kv_token")
 
 
 def pricers_by_run(case_file: str, base_out: str = "unused.csv") -> dict:
@@ -69,16 +73,19 @@ def read_steps(path: str) -> list[dict]:
 
 def priced_ms(pricer, step: dict) -> float:
     """The pricer's time for a measured step, overhead excluded: hf-cb's packed masked call over K = the cached
-    tokens read + the step's new tokens; every scheduled request taken as a logit row."""
+    tokens read + the step's new tokens; every scheduled request taken as a logit row. Sets step["kernels"] to the
+    kernels the step's forward launches (the pricer's count for this architecture)."""
     q = step["q_tokens"]
+    step["kernels"] = pricer.step_parts(q, step["requests"], 0, [], step["max_kv_read"] + q)[1]
     return pricer.step_ms(q, step["requests"], 0, [], step["max_kv_read"] + q, requests=0, overhead=False)
 
 
 def fit_overhead(rows: list[dict], priced: list[float]) -> dict:
-    """Non-negative least squares (ms) of measured - priced on (1, requests, K); see the module docstring."""
+    """Non-negative least squares (ms) of measured - priced on (1, kernels, requests, K); see the module
+    docstring. Each row needs "kernels" (set by `priced_ms`)."""
     import numpy as np
 
-    X = np.array([[1.0, r["requests"], r["max_kv_read"] + r["q_tokens"]] for r in rows])
+    X = np.array([[1.0, r["kernels"], r["requests"], r["max_kv_read"] + r["q_tokens"]] for r in rows])
     y = np.array([r["duration_ms"] for r in rows]) - np.array(priced)
     w = np.ones(len(rows))
     active = list(range(X.shape[1]))
@@ -111,12 +118,13 @@ def main(argv=None) -> int:
     fit = fit_overhead(rows, priced)
     print(f"fitted on {len(rows)} steps of {len({r['run'] for r in rows})} runs ({args.steps}):")
     print(f"HF_CB_STEP_BASE_MS = {fit['base']:.4g}")
+    print(f"HF_CB_STEP_PER_KERNEL_MS = {fit['per_kernel']:.4g}")
     print(f"HF_CB_STEP_PER_REQUEST_MS = {fit['per_request']:.4g}")
     print(f"HF_CB_STEP_PER_KV_TOKEN_MS = {fit['per_kv_token']:.4g}")
     errors = {}
     for r, g in zip(rows, priced, strict=False):
-        model = g + fit["base"] + fit["per_request"] * r["requests"] + fit["per_kv_token"] * (r["max_kv_read"]
-                                                                                              + r["q_tokens"])
+        model = g + (fit["base"] + fit["per_kernel"] * r["kernels"] + fit["per_request"] * r["requests"]
+                     + fit["per_kv_token"] * (r["max_kv_read"] + r["q_tokens"]))
         errors.setdefault(r["run"], []).append((model - r["duration_ms"]) / r["duration_ms"])
     import statistics
 

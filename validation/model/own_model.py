@@ -190,10 +190,20 @@ def prepare(args) -> dict:
             layers = min(layers, fit_layers(args, cut(cfg, layers), source, gpu, free))
             label = f"{source} ({layers} layers)"
     built = cut(cfg, layers)
-    inputs = plan_inputs(args, built, label, gpu)
+    refused = ""
+    try:
+        inputs = plan_inputs(args, built, label, gpu)
+    except ValueError as exc:  # a model the planner does not read is still measured, its refusal in the row
+        if not str(exc).startswith("--config:"):
+            raise
+        refused = first_line(exc).removeprefix("--config: ")
+        try:  # the workload flags are checked on the config's sizes read as Llama's; this is never planned
+            inputs = plan_inputs(args, {**built, "model_type": "llama"}, label, gpu)
+        except ValueError:
+            raise exc from None
     case, sdpa_backend = own_plan.case_of(inputs, built, args.decode_tokens, DEFAULT_DECODE_TOKENS,
                                           family_of(args, cfg))
-    plan, plan_error = own_plan.make(inputs)
+    plan, plan_error = (None, refused) if refused else own_plan.make(inputs)
     reason = "" if args.force else own_plan.guard_reason(plan, plan_error, case, free, args.timeout_s)
     return {"device": device, "gpu": gpu, "config": built, "source": source, "case": case, "inputs": inputs,
             "plan": plan, "plan_error": plan_error, "sdpa_backend": sdpa_backend, "guard_reason": reason,

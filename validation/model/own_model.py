@@ -41,10 +41,8 @@ from estimator.cli.plan import add_plan_arguments, inputs_from_args
 from validation.errors import first_line
 from validation.model import own_plan
 from validation.model.hf_configs import cut_layers
-from validation.model.hf_models import COLUMNS as HF_COLUMNS
 
 OWN_COLUMNS = ["config_source", "layers_cut_from", "sdpa_backend", "gpu"]
-COLUMNS = HF_COLUMNS + OWN_COLUMNS + own_plan.PLAN_COLUMNS + own_plan.COMPARE_COLUMNS
 ARCH_OVERRIDES = ("hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab")
 DEFAULT_DECODE_TOKENS = 16
 MAX_TIMEOUT_S = 24 * 3600.0
@@ -266,7 +264,16 @@ def measure(prep: dict, timeout_s: float, on_phase=None) -> dict:
     return row
 
 
+def columns() -> list[str]:
+    """The row's columns: validation.hf_models' (imported here: it loads torch), then ours, the plan's, the
+    comparison's."""
+    from validation.model.hf_models import COLUMNS as HF_COLUMNS
+
+    return HF_COLUMNS + OWN_COLUMNS + own_plan.PLAN_COLUMNS + own_plan.COMPARE_COLUMNS
+
+
 def write_row(path: str, row: dict, append: bool) -> None:
+    COLUMNS = columns()  # noqa: N806 - the file's header
     if append and os.path.exists(path):
         with open(path, newline="") as fh:
             if next(csv.reader(fh), []) != COLUMNS:

@@ -95,7 +95,7 @@ def same_as(row: dict, reference: list[dict]) -> list[str]:
 
     match = [r for r in reference if key(r) == key(row) and r.get("status") == "ok"]
     if not match:
-        raise ValueError(f"--against: no ok hf_models row for the case {dict(zip(CASE_KEY, key(row)))}")
+        raise ValueError(f"--against: no ok hf_models row for the case {dict(zip(CASE_KEY, key(row), strict=True))}")
     ref = match[0]
     return [f"{c}: {row.get(c)} here, {ref.get(c)} in hf_models" for c in SAME_BYTES
             if _num(row.get(c)) != _num(ref.get(c))]

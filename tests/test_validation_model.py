@@ -197,3 +197,76 @@ def test_explain_names_the_phase_and_component_of_a_miss():
     assert "miss: step 1, optimizer state, fp32 masters (kept): planned 3.000 GiB, measured 2.000 GiB, off by " \
            "1.000 GiB (+50.0%)" in text
     assert "whole step time: measured 100.00 ms, planned 101.00 ms (+1.0%) - within the plan's band" in text
+
+
+# --- the app's side: ui/own_model.py and the Validate page ---------------------------------------------------------
+
+TINY_SPEC = dict(name="custom", layers=2, hidden=64, q_heads=4, kv_heads=2, head_dim=16, ffn=128, vocab=512)
+
+
+def _tiny_inputs(**kw):
+    from estimator.model.inputs import PlanInputs
+    from estimator.model.specs import ModelSpec
+
+    return PlanInputs(model=ModelSpec(**TINY_SPEC), seq_len=32, gpu="h200", **kw)
+
+
+@pytest.mark.parametrize("kw", [{}, {"mode": "training", "precision": "bf16-true", "optimizer": "sgd",
+                                      "checkpointing": "hf", "batch": 2}])
+def test_the_page_command_plans_what_the_page_shows(tmp_path, kw):
+    """The argv the page runs, parsed by the command, plans the same inputs as the page's (model aside)."""
+    from dataclasses import replace
+
+    from ui import own_model as page
+
+    inputs = _tiny_inputs(**kw)
+    cfg = page.config_for_plan(inputs, None)
+    argv = page.command(inputs, "config.json", "out.csv", layers=None, timeout_s=60)
+    args = own_model.parser().parse_args(argv[4:])
+    again = own_model.plan_inputs(args, cfg, inputs.model.name, inputs.gpu)
+    assert replace(again, model=inputs.model) == inputs
+    assert from_hf_config(cfg).params == inputs.model.params
+
+
+def test_the_page_preview_guards_and_fits_layers():
+    from ui import own_model as page
+
+    inputs = _tiny_inputs(mode="training")
+    cfg = dict(page.config_for_plan(inputs, None), num_hidden_layers=8)
+    need2 = page.preview(inputs, cfg, 2, None)["peak_bytes"]
+    free = int(need2 * 1.25) + (5 << 30) // 4 + 1  # the app guard passes 1.25·need + 1.25 GiB <= free
+    assert page.preview(inputs, cfg, 2, free)["reason"] == ""
+    assert "guard allows" in page.preview(inputs, cfg, 3, free)["reason"]
+    assert page.fit_layers(inputs, cfg, free) == 2
+    with pytest.raises(ValueError, match="--gpus"):
+        page.preview(_tiny_inputs(gpus=2), cfg, 2, None)
+
+
+def test_progress_follows_the_phases():
+    from ui import own_model as page
+
+    assert page.progress_of("phase: backward (3.1 s)", "train") == (5 / 9, "backward")
+    assert page.progress_of("phase: prefill (1.0 s)", "prefill") == (2 / 6, "prefill")
+    assert page.progress_of("wrote x.csv", "train") is None
+
+
+def test_validate_page_runs_the_model_and_shows_measured_beside_planned(monkeypatch):
+    """The page on a 'GPU' server (the status faked; the child process runs the real command on this CPU)."""
+    from streamlit.testing.v1 import AppTest
+
+    from tests.test_app_pages import ROOT
+
+    monkeypatch.setenv("PLANNER_ENABLE_GPU_JOBS", "true")
+    monkeypatch.setattr("ui.gpu.cuda_status", lambda: {"name": "test GPU", "free_bytes": 64 << 30,
+                                                       "total_bytes": 80 << 30})
+    at = AppTest.from_file(str(ROOT / "pages" / "validate.py"), default_timeout=240)
+    at.session_state["plan_inputs"] = _tiny_inputs()
+    at.run()
+    assert not at.exception
+    at.button(key="own_run").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    text = " ".join(m.value for m in at.markdown)
+    assert "ran on the CPU" in text and "every part within its tolerance" in text
+    result = at.session_state["own_result"]
+    assert result.iloc[0]["status"] == "ok" and result.iloc[0]["mode"] == "prefill"
+    assert int(result.iloc[0]["n_params"]) == int(result.iloc[0]["plan_params"])

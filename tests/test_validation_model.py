@@ -261,6 +261,7 @@ def test_validate_page_runs_the_model_and_shows_measured_beside_planned(monkeypa
                                                        "total_bytes": 80 << 30})
     at = AppTest.from_file(str(ROOT / "pages" / "validate.py"), default_timeout=240)
     at.session_state["plan_inputs"] = _tiny_inputs()
+    at.session_state["own_layers"] = 1  # as validation/cases/own_model/page_check.py picks the cut
     at.run()
     assert not at.exception
     at.button(key="own_run").click().run()
@@ -270,3 +271,5 @@ def test_validate_page_runs_the_model_and_shows_measured_beside_planned(monkeypa
     result = at.session_state["own_result"]
     assert result.iloc[0]["status"] == "ok" and result.iloc[0]["mode"] == "prefill"
     assert int(result.iloc[0]["n_params"]) == int(result.iloc[0]["plan_params"])
+    assert result.iloc[0]["layers"] == "1" and result.iloc[0]["layers_cut_from"] == "2"
+    assert "cut from 2; planned for the same cut" in text

@@ -8,7 +8,7 @@ import pytest
 from estimator.advice.plan_rules import Advice, advise, eager_forward_peak_bytes
 from estimator.advice.tree import ADVICE_ORDER
 from estimator.hardware import get_gpu
-from estimator.model.inputs import attention_call
+from estimator.model.layer_attention import attention_call
 from estimator.units import gib
 from tests.conftest import fake_estimate, fake_inputs, fake_make_plan
 

@@ -332,7 +332,7 @@ def test_validate_gpu_jobs_off_off_localhost_and_over_budget(monkeypatch):
 
 def test_validate_cancel_stops_between_repetitions_and_releases_the_lock(monkeypatch):
     import ui.gpu
-    from estimator.model.inputs import attention_call
+    from estimator.model.layer_attention import attention_call
     seen = []
     monkeypatch.setattr(ui.gpu, "measure", lambda call: seen.append(call) or {"status": "ok",
                         "measured_peak_extra_bytes": 1, "measured_time_ms": 1.0})

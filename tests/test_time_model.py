@@ -13,6 +13,7 @@ from estimator.hardware import get_gpu
 from estimator.model.calibration import DEFAULT_FILE, load_constants
 from estimator.model.comm import communication, link
 from estimator.model.inputs import PlanInputs
+from estimator.model.layer_attention import attention_layers
 from estimator.model.plan import make_plan
 from estimator.model.presets import get_preset
 
@@ -283,7 +284,30 @@ def test_decode_first_pass_pays_a_cudnn_graph_build_per_step_on_a_growing_cache(
     filling = extra(_plan(model=get_preset("mistral-7b"), seq_len=2048))
     assert full == pytest.approx(0.0) and filling == pytest.approx(CUDNN_GRAPH_BUILD_MS)
     assert extra(_plan(seq_len=4096, dtype="float32")) == pytest.approx(0.0)  # fp32 never runs on cuDNN
-    assert decode_graph_builds is not None
+    # llama-3-8b has one layer shape: one graph a step through SDPA (cuDNN on the H200), none through eager
+    llama = PlanInputs(model=get_preset("llama-3-8b"), seq_len=16384, gpu="h200")
+    assert decode_graph_builds(llama, attention_layers(llama), get_gpu("h200")) == 1
+    eager_inputs = dataclasses.replace(llama, backend="eager")
+    assert decode_graph_builds(eager_inputs, attention_layers(eager_inputs), get_gpu("h200")) == 0
+
+
+def test_decode_graph_builds_prices_the_decode_call_at_the_plans_torch_version(monkeypatch):
+    # the decode call is re-priced to see which backend SDPA picks: at the plan's torch version, not the default
+    from estimator.call import attention
+    from estimator.call.backends import DEFAULT_TORCH
+    from estimator.model.step_time import decode_graph_builds
+
+    seen = []
+    real = attention.estimate_call
+
+    def recording(call, gpu, torch_version=DEFAULT_TORCH):
+        seen.append(torch_version)
+        return real(call, gpu, torch_version)
+
+    monkeypatch.setattr(attention, "estimate_call", recording)
+    inputs = PlanInputs(model=get_preset("llama-3-8b"), seq_len=4096, gpu="h200", torch_version="2.13")
+    assert decode_graph_builds(inputs, attention_layers(inputs), get_gpu("h200")) == 1
+    assert seen == ["2.13"]
 
 
 @pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)

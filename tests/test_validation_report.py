@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from estimator.call.backends import DEFAULT_TORCH
-from estimator.call.config import BACKENDS, AttentionCall
+from estimator.call.config import AttentionCall
+from estimator.call.registry import BACKENDS
 from validation.call import kernels, report
 from validation.call.case_lists import make_grid
 from validation.call.grid import random_sample

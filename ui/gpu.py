@@ -102,7 +102,7 @@ def plan_calls(inputs) -> list[AttentionCall]:
     """The attention calls one GPU runs for this plan, as the advisor prices them (`estimator.advice.attention_call`:
     heads split by tp, the query by cp, causal for decoders). Inference adds one decode step (q_len 1 against the
     cache); training's call is forward_backward."""
-    from estimator.model.inputs import attention_call
+    from estimator.model.layer_attention import attention_call
 
     calls = [attention_call(inputs)]
     if inputs.mode == "inference" and inputs.model.kind == "decoder" and calls[0].q_len > 1:

@@ -7,7 +7,6 @@ carry user input (URL parameters, file names, a config's values echoed in an err
 
 from __future__ import annotations
 
-import html
 import re
 
 from validation.errors import first_line as one_line  # noqa: F401 - the pages' name for it; its home is validation/errors.py
@@ -28,9 +27,6 @@ def md(text: object) -> str:
     return _MD_SPECIAL.sub(r"\\\1", plain)
 
 
-def html_text(text: object) -> str:
-    """For the few places that take HTML (graph labels): entities."""
-    return html.escape(str(text), quote=True)
 
 
 def plural(count: int, word: str, plural_word: str | None = None) -> str:

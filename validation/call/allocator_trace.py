@@ -8,6 +8,7 @@ import json
 
 import torch
 
+from estimator.files import write_atomic
 from validation.call.protocol import make_inputs, run_call
 from validation.errors import first_line
 
@@ -38,8 +39,7 @@ def trace_rows(rows, out_path) -> None:
             result[row["id"]] = {"row": row, "events": trace(call_from_row(row))}
         except Exception as exc:  # noqa: BLE001 - record and continue
             result[row["id"]] = {"row": row, "error": first_line(exc, 200)}
-    with open(out_path, "w") as fh:
-        json.dump(result, fh)
+    write_atomic(out_path, json.dumps(result), "out")
 
 
 def trace_with_addresses(call, out_path) -> None:
@@ -59,6 +59,5 @@ def trace_with_addresses(call, out_path) -> None:
     snap = torch.cuda.memory._snapshot()
     torch.cuda.memory._record_memory_history(enabled=None)
     events = [(ev["action"], int(ev.get("addr", 0)), int(ev["size"])) for ev in snap["device_traces"][0]]
-    with open(out_path, "w") as fh:
-        json.dump({"status": status, "events": events}, fh)
+    write_atomic(out_path, json.dumps({"status": status, "events": events}), "out")
     torch.cuda.empty_cache()

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import sys
 
-from estimator.call.config import BACKENDS, MODES
+from estimator.call.config import MODES
+from estimator.call.registry import BACKENDS, OP_CHAIN, SDPA_BACKENDS, SDPA_FUSED, names
 from validation.call.grid import DTYPES, case, number, random_sample, write_csv
-
-FUSED = ("flash", "efficient", "cudnn")
 
 
 def calibration_rows() -> list[dict]:
@@ -25,27 +24,27 @@ def calibration_rows() -> list[dict]:
                     rows.append(case(b, d, mode=m, **f))
     # B. head dims (odd ones included) for each backend, 16-bit and fp32, both modes.
     for D in (32, 40, 64, 72, 80, 96, 100, 112, 160, 192, 200, 256, 288):
-        for b in ("auto", "math", "flash", "efficient", "cudnn"):
+        for b in ("auto", *SDPA_BACKENDS):
             for d in ("bfloat16", "float32"):
                 for m in MODES:
                     rows.append(case(b, d, batch=1, q_heads=8, head_dim=D, q_len=2048, mode=m))
     # C. odd sequence lengths and q_len != kv_len.
     for L, S in ((1000, 1000), (777, 777), (130, 130), (4097, 4097), (512, 2048), (2048, 512), (100, 3000)):
-        for b in ("auto", "math", "flash", "efficient", "cudnn", "eager"):
+        for b in ("auto", *SDPA_BACKENDS, "eager"):
             for m in MODES:
                 rows.append(case(b, "bfloat16", batch=2, q_heads=8, q_len=L, kv_len=S, mode=m))
                 if L != S:
                     rows.append(case(b, "bfloat16", batch=2, q_heads=8, q_len=L, kv_len=S, mode=m, causal=1))
     # D. small B·H·L (flash split-KV territory) and mid sizes.
     for B, H, L in ((1, 1, 128), (1, 8, 256), (1, 8, 1024), (1, 4, 4096), (1, 32, 512), (4, 8, 512)):
-        for b in ("auto", "flash", "efficient", "cudnn", "math"):
+        for b in ("auto", *SDPA_FUSED, "math"):
             for m in MODES:
                 rows.append(case(b, "bfloat16", batch=B, q_heads=H, head_dim=64, q_len=L, mode=m))
                 rows.append(case(b, "bfloat16", batch=B, q_heads=H, head_dim=128, q_len=L, mode=m))
     # E. decode shapes: q_len 1..4 against long caches, GQA 32/8.
     for L in (1, 2, 4):
         for S in (1024, 8192, 32768, 131072):
-            for b in ("auto", "flash", "efficient", "cudnn", "math", "eager"):
+            for b in ("auto", *SDPA_FUSED, *OP_CHAIN):
                 rows.append(case(b, "bfloat16", batch=4, q_heads=32, kv_heads=8, q_len=L, kv_len=S))
                 if S <= 8192:
                     rows.append(case(b, "bfloat16", batch=1, q_heads=32, q_len=L, kv_len=S, mode="forward_backward"))
@@ -53,7 +52,7 @@ def calibration_rows() -> list[dict]:
             rows.append(case(b, "float32", batch=2, q_heads=8, q_len=L, kv_len=16384))
     # F. long sequences, and sizes that run out of memory.
     for L in (8192, 16384, 32768):
-        for b in ("auto", "flash", "efficient", "cudnn"):
+        for b in ("auto", *SDPA_FUSED):
             for m in MODES:
                 rows.append(case(b, "bfloat16", batch=1, q_heads=16, q_len=L, mode=m, causal=1))
     for L in (8192, 16384, 32768, 65536):
@@ -69,7 +68,7 @@ def calibration_rows() -> list[dict]:
     return rows + random_sample(160, seed=1)
 
 
-TRACE_IDS = ("math", "flash", "efficient", "cudnn", "eager")
+TRACE_IDS = names(traced=True)
 
 
 def trace_rows() -> list[dict]:

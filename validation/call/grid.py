@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 import random
 
-from estimator.call.config import BACKENDS, MODES
+from estimator.call.config import MODES
+from estimator.call.registry import BACKENDS, OP_CHAIN
 from validation.call.schema import CALL_FIELDS
 
 COLUMNS = ("id", *CALL_FIELDS)
@@ -75,7 +76,7 @@ def cpu_grid() -> list[dict]:
             for d in ("float32", "bfloat16") for m in MODES for f in features]
     rows += [case(b, "float32", **shape) for b in ("efficient", "cudnn")]
     rows += [case(b, "float32", batch=1, q_heads=2, head_dim=32, q_len=n)
-             for b in ("math", "eager") for n in (256, 512)]
+             for b in OP_CHAIN for n in (256, 512)]
     return number(rows, "cpu")
 
 
@@ -91,7 +92,8 @@ def write_csv(rows: list[dict], path) -> None:
     import csv
     if not rows:
         raise ValueError("grid: no cases to write")
-    with open(path, "w", newline="") as fh:
+    from estimator.files import atomic_output
+    with atomic_output(path, "--out", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)

@@ -6,9 +6,10 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 
 from estimator.call.config import AttentionCall
-from estimator.textfile import MAX_TRACE_BYTES, read_text_limited
+from estimator.textfile import MAX_TRACE_BYTES, read_bytes_limited
 from validation.call.schema import (
     CALL_DEFAULTS,
     CALL_FIELDS,
@@ -20,25 +21,31 @@ from validation.call.schema import (
 )
 
 MAX_CASES_BYTES = MAX_TRACE_BYTES  # 256 MiB: millions of cases, more than any sweep measures
+_UNDECODABLE = re.compile("[\udc80-\udcff]")  # bytes that were not UTF-8, kept by surrogateescape
+
+
+def _clean(value: str) -> str:
+    """A cell with bytes that were not UTF-8 (kept by surrogateescape), those bytes shown as U+FFFD."""
+    return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def read_cases(path: str) -> tuple[list[str], list[dict]]:
     """The input header (minus any output columns from an earlier run) and its rows as strings.
-    ValueError with a one-line reason for a file that cannot be a case list."""
+    ValueError with a one-line reason for a file that cannot be a case list. A row holding bytes that are not
+    UTF-8 costs that row only: its cells are kept with U+FFFD in their place and call_from_row refuses it with
+    its line number."""
     if not os.path.exists(path):
         raise ValueError(f"--in {path}: no such file")
-    try:
-        text = read_text_limited(path, MAX_CASES_BYTES, "--in")  # a size cap before parsing
-    except ValueError as exc:
-        if "not UTF-8" in str(exc):
-            raise ValueError(f"--in {path}: not a text CSV file") from None
-        raise
+    data = read_bytes_limited(path, MAX_CASES_BYTES, "--in")  # a regular file, a size cap before parsing
+    text = data.decode("utf-8-sig", errors="surrogateescape")
     try:
         with io.StringIO(text, newline="") as fh:
             reader = csv.DictReader(fh)
             header = reader.fieldnames
             if not header:
                 raise ValueError(f"--in {path}: empty file, expected a header row of predict columns")
+            if _UNDECODABLE.search("".join(header)):
+                raise ValueError(f"--in {path}: not a text CSV file (the header row is not UTF-8)")
             header = [h.strip() for h in header]
             if len(set(header)) != len(header):
                 dupes = sorted({h for h in header if header.count(h) > 1})
@@ -53,11 +60,11 @@ def read_cases(path: str) -> tuple[list[str], list[dict]]:
                 row = {k.strip(): v for k, v in raw.items() if k is not None}
                 if None in raw:  # more cells than header fields
                     row["__extra__"] = raw[None]
+                if any(isinstance(v, str) and _UNDECODABLE.search(v) for v in row.values()):
+                    row = {k: _clean(v) if isinstance(v, str) else v for k, v in row.items()}
+                    row["__bad__"] = (f"line {reader.line_num}: not UTF-8 text (the row is kept with U+FFFD in its "
+                                      "place)")
                 rows.append(row)
-    except FileNotFoundError:
-        raise ValueError(f"--in {path}: no such file") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"--in {path}: not a text CSV file") from None
     except csv.Error as exc:
         raise ValueError(f"--in {path}: not a readable CSV ({exc})") from None
     inputs = [h for h in header if h not in OUTPUT_FIELDS]
@@ -66,6 +73,8 @@ def read_cases(path: str) -> tuple[list[str], list[dict]]:
 
 def call_from_row(row: dict) -> AttentionCall:
     """The AttentionCall of one CSV row; ValueError naming the field for a malformed row."""
+    if row.get("__bad__"):
+        raise ValueError(row["__bad__"])
     if row.get("__extra__"):
         raise ValueError("row: more cells than header columns")
     for name in REQUIRED_FIELDS:

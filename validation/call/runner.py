@@ -36,7 +36,7 @@ class RunOptions:
     device: str = "cpu"  # cpu | cuda
     repeats: int = 5
     timeout_s: float = 120.0  # per case; 0 = no limit
-    force: bool = False  # run cases predicted not to fit in free memory or time
+    force: bool = False  # run cases predicted not to fit in free memory or time; replace an earlier output
     gpu: str = "h200"  # catalog name the predictions are made for
     torch_version: str | None = None  # passed to predict_frame; None = the estimator's default
     margin_fraction: float = 0.10  # free memory must exceed need·(1 + margin) + margin_bytes
@@ -123,7 +123,7 @@ def guard_need(call: AttentionCall, pred: dict, device: str, gpu: str) -> tuple[
     math path runs (the eager reference for `eager`), so the estimator's math peak at float32 (the CPU math
     path computes reduced precision in fp32) plus fp32 copies of the inputs; time from its FLOPs at
     CPU_FLOPS_PER_S."""
-    from estimator.call import flops
+    from estimator.call import flops, registry
     from estimator.call.attention import peaks_for
     from estimator.call.shapes import Calls
     from estimator.hardware import get_gpu
@@ -142,7 +142,7 @@ def guard_need(call: AttentionCall, pred: dict, device: str, gpu: str) -> tuple[
         return inputs + upcast + peak, seconds
     peak = number_or_none(pred.get("predicted_peak_extra_bytes"))
     if peak is None:
-        backend = call.backend if call.backend in ("math", "flash", "efficient", "cudnn", "eager") else "math"
+        backend = call.backend if call.backend in registry.names(traced=True) else "math"
         try:
             peak = int(peaks_for(Calls.from_call(call), backend, get_gpu(gpu))[0])
         except (ValueError, KeyError, ArithmeticError):
@@ -206,32 +206,55 @@ def measure_row(call: AttentionCall, options: RunOptions, measure_fn) -> dict:
 # The watchdog: each case runs in a child process that the parent can stop mid-operation
 
 
-def _worker_main(conn, device: str, measure_ref: str) -> None:
-    """The child's loop: ("free",) → free bytes; ("measure", call, repeats) → measure_row's result."""
-    import importlib
-    module, _, name = measure_ref.partition(":")
-    measure_fn = getattr(importlib.import_module(module), name)
-    options = RunOptions(device=device, timeout_s=0, isolate=False)
-    conn.send("ready")
-    while True:
+# The child's warm-up before it reports ready (so the first case's --timeout-s does not pay for it): the device's
+# runtime (CUDA context, allocator) and a tiny call of each mode, which loads the attention and GEMM kernels.
+WARMUP_CALLS = tuple(AttentionCall(batch=1, q_heads=1, kv_heads=1, head_dim=16, q_len=16, kv_len=16, dtype=dtype,
+                                   mode=mode)
+                     for dtype in ("float32", "bfloat16") for mode in ("forward", "forward_backward"))
+# The error of a case whose process died (killed, or a crash of its own): not an out-of-memory result (a real
+# CUDA out-of-memory error is caught in the child and recorded `oom`), so --resume measures it again.
+CRASH = "crash:"
+
+
+def _warm_up(device: str, measure_fn) -> None:
+    free_bytes(device)
+    for call in WARMUP_CALLS:
         try:
+            measure_row(call, RunOptions(device=device, timeout_s=0, isolate=False, repeats=1), measure_fn)
+        except Exception:  # noqa: BLE001 - a warm-up that fails leaves the cases to say why
+            pass
+
+
+def _worker_main(conn, device: str, measure_ref: str) -> None:
+    """The child's loop: ("free",) → free bytes; ("measure", call, repeats) → measure_row's result. Ctrl-C is
+    the parent's to handle (it stops this process); a parent gone away ends the loop quietly."""
+    import importlib
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        module, _, name = measure_ref.partition(":")
+        measure_fn = getattr(importlib.import_module(module), name)
+        options = RunOptions(device=device, timeout_s=0, isolate=False)
+        _warm_up(device, measure_fn)
+        conn.send("ready")
+        while True:
             message = conn.recv()
-        except (EOFError, KeyboardInterrupt):
-            return
-        if message is None:
-            return
-        if message[0] == "free":
-            conn.send(free_bytes(device))
-        else:
-            _, call, repeats = message
-            conn.send(measure_row(call, replace(options, repeats=repeats), measure_fn))
+            if message is None:
+                return
+            if message[0] == "free":
+                conn.send(free_bytes(device))
+            else:
+                _, call, repeats = message
+                conn.send(measure_row(call, replace(options, repeats=repeats), measure_fn))
+    except (EOFError, BrokenPipeError, ConnectionResetError, KeyboardInterrupt):
+        return
 
 
 class CaseWorker:
     """One child process (spawned: a forked CUDA or OpenMP runtime is unsafe) that measures cases one at a
     time. A case that outlives its limit is stopped by killing the child (the SIGALRM limit only lands between
-    operations); a child killed by SIGKILL (the kernel's out-of-memory killer) makes the case `oom`. A new
-    child starts for the next case."""
+    operations); a child that dies (SIGKILL, a crash) makes the case an `error` marked as a crash, which --resume
+    measures again - only a CUDA out-of-memory error raised in the child is `oom`. A new child starts (and warms
+    up, off the clock) for the next case."""
 
     def __init__(self, device: str, measure_ref: str = "validation.call.protocol:measure") -> None:
         self.device, self.measure_ref = device, measure_ref
@@ -281,9 +304,11 @@ class CaseWorker:
             return {"status": "error", "error": f"timeout: stopped by the watchdog after {waited:.1f} s "
                                                 f"(--timeout-s {options.timeout_s:g})"}
         if value == -signal.SIGKILL:
-            return {"status": "oom", "error": "the case's process was killed (SIGKILL), most likely by the "
-                                              "kernel's out-of-memory killer"}
-        return {"status": "error", "error": f"the case's process died (exit status {value})"}
+            return {"status": "error", "error": f"{CRASH} the case's process was killed (SIGKILL: the kernel's "
+                                                "out-of-memory killer or an operator; no CUDA out-of-memory error "
+                                                "was raised); --resume measures it again"}
+        return {"status": "error", "error": f"{CRASH} the case's process died (exit status {value}); --resume "
+                                            "measures it again"}
 
     def stop(self) -> None:
         if self.proc is not None:

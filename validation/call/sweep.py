@@ -10,8 +10,9 @@ Imports only torch, pandas and the estimator (the GPU machine has nothing else).
 
 from __future__ import annotations
 
+import contextlib
 import csv
-import json
+import io
 import os
 import sys
 import time
@@ -19,10 +20,12 @@ import time
 import torch
 
 from estimator.call.config import AttentionCall
+from estimator.files import atomic_output, strict_json, write_atomic, write_error
+from estimator.textfile import MAX_TABLE_BYTES, read_bytes_limited
 from estimator.units import MIB
 from validation.call.protocol import environment, measure
 from validation.call.rows import call_from_row, compare, predict_rows
-from validation.call.runner import CaseWorker, RunOptions, free_bytes, measure_row, skip_reason
+from validation.call.runner import CRASH, CaseWorker, RunOptions, free_bytes, measure_row, skip_reason
 from validation.call.schema import MEASURED, OUTPUT_FIELDS, STATUSES
 from validation.errors import first_line
 
@@ -46,18 +49,42 @@ class Progress:
 
 
 
-def done_ids(out_path: str) -> set[str]:
-    """ids already in an earlier (interrupted) output, for --resume."""
+def _earlier(out_path: str) -> tuple[list[str], list[dict]]:
+    """The header and rows of an earlier output ([], [] when there is none)."""
     if not os.path.exists(out_path):
-        return set()
-    with open(out_path, newline="") as fh:
-        return {row["id"] for row in csv.DictReader(fh) if row.get("id") and row.get("status")}
+        return [], []
+    text = read_bytes_limited(out_path, MAX_TABLE_BYTES, "--out").decode("utf-8", errors="replace")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    return list(reader.fieldnames or []), list(reader)
+
+
+def is_crash(row: dict) -> bool:
+    """A case whose measuring process died (not a CUDA out-of-memory error): measured again by --resume."""
+    return row.get("status") == "error" and str(row.get("error", "")).startswith(CRASH)
+
+
+def done_ids(out_path: str) -> set[str]:
+    """ids already in an earlier (interrupted) output, for --resume; a crashed case is not done."""
+    _header, rows = _earlier(out_path)
+    return {row["id"] for row in rows if row.get("id") and row.get("status") and not is_crash(row)}
+
+
+def refuse_overwrite(out_path: str, resume: bool, force: bool) -> None:
+    """An earlier output with measured rows is never emptied without --force (--resume continues it)."""
+    if resume or force or not os.path.isfile(out_path):
+        return
+    _header, rows = _earlier(out_path)
+    measured = sum(1 for r in rows if r.get("status"))
+    if measured:
+        raise ValueError(f"--out {out_path}: already holds {measured} measured row(s); --resume continues that "
+                         "run, --force replaces it")
 
 
 def sweep(inputs: list[str], rows: list[dict], out_path: str, options: RunOptions, *, measure_fn=None,
           resume: bool = False, progress_stream=None) -> dict:
     """Measure every row and write it to out_path at once; return counts per status. Without a measure_fn,
     cases run in a watched child process (options.isolate) or in this one; a measure_fn (tests) runs here."""
+    refuse_overwrite(out_path, resume, options.force)
     worker = CaseWorker(options.device) if measure_fn is None and options.isolate else None
     try:
         return _sweep(inputs, rows, out_path, options, measure_fn or measure, worker, resume, progress_stream)
@@ -79,20 +106,38 @@ def _sweep(inputs, rows, out_path, options, measure_fn, worker, resume, progress
         print(f"validation: {note}", file=stream, flush=True)
     if resume and "id" not in inputs:
         raise ValueError("--resume: the input has no id column to match rows by")
-    skip = done_ids(out_path) if resume else set()
     fields = inputs + list(OUTPUT_FIELDS)
+    skip = set()
+    if resume:
+        header, earlier = _earlier(out_path)
+        if earlier and header != fields:
+            raise ValueError(f"--resume: {out_path} has other columns than this input would write")
+        skip = done_ids(out_path)
+        crashed = [r for r in earlier if is_crash(r)]
+        if crashed:  # rewritten whole (a temporary file renamed) without them; they are measured again below
+            with atomic_output(out_path, "--out", newline="") as fh:
+                writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
+                writer.writeheader()
+                writer.writerows(r for r in earlier if not is_crash(r))
+            print(f"validation: --resume measures {len(crashed)} crashed case(s) again", file=stream, flush=True)
     append = bool(skip)
-    if append:
-        with open(out_path, newline="") as fh:
-            if next(csv.reader(fh), []) != fields:
-                raise ValueError(f"--resume: {out_path} has other columns than this input would write")
     counts = {s: 0 for s in STATUSES}
     progress = Progress(len(rows), stream)
-    with open(out_path, "a" if append else "w", newline="") as fh:
+    # The rows are a log: each is written and flushed as measured, so a killed run keeps every finished row.
+    # A write that fails (a full disk) is cut back to the last whole row, and says how many rows are kept.
+    try:
+        fh = open(out_path, "a" if append else "w", newline="", encoding="utf-8")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise write_error("--out", out_path, exc) from None
+    kept = 0
+    good = 0
+    try:
+        good = fh.tell()
         writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
         if not append:
             writer.writeheader()
             fh.flush()
+            good = fh.tell()
         for i, (row, pred) in enumerate(zip(rows, preds, strict=True)):
             label = row.get("id") or str(i)
             if label in skip:
@@ -108,11 +153,27 @@ def _sweep(inputs, rows, out_path, options, measure_fn, worker, resume, progress
                       "torch_version": env["torch_version"], "device_name": env["device_name"]}
             writer.writerow({**{k: row.get(k, "") for k in inputs}, **result, **pred, **compare(result, pred)})
             fh.flush()
+            good = fh.tell()
+            kept += 1
             counts[result["status"]] = counts.get(result["status"], 0) + 1
             peak = result.get("measured_peak_extra_bytes")
             progress.update(i + 1, f"{label} {result['status']}"
                             + (f" peak {int(peak) / MIB:.2f} MiB" if peak not in ("", None) else "")
                             + (f" ({result['error'][:80]})" if result.get("error") else ""))
+    except BaseException as exc:  # a full disk, Ctrl-C or SIGTERM: every finished row stays, a row cut short not
+        with contextlib.suppress(OSError):
+            fh.close()  # what is buffered may land (or not): cut back to the last whole row below
+        if os.path.isfile(out_path):
+            with contextlib.suppress(OSError):
+                os.truncate(out_path, good)
+        if isinstance(exc, OSError):
+            error = write_error("--out", out_path, exc)
+            raise ValueError(f"{error}; the {kept} row(s) measured before it are kept, --resume continues") from None
+        raise
+    try:
+        fh.close()
+    except OSError as exc:
+        raise write_error("--out", out_path, exc) from None
     return counts
 
 
@@ -137,8 +198,7 @@ def write_meta(out_path: str, options: RunOptions, argv: list[str], counts: dict
     if note:
         meta["note"] = note
     path = f"{out_path}.meta.json"
-    with open(path, "w") as fh:
-        json.dump(meta, fh, indent=1)
+    write_atomic(path, strict_json(meta, "--out (meta)", indent=1), "--out (meta)")
     return path
 
 
@@ -155,6 +215,7 @@ def spread(inputs: list[str], rows: list[dict], out_path: str, options: RunOptio
     import tempfile
 
     stream = progress_stream or sys.stderr
+    refuse_overwrite(out_path, False, options.force)
     tmp = tempfile.mkdtemp(prefix="validation-gpus-", dir=os.path.dirname(os.path.abspath(out_path)) or None)
     procs, outs = [], []
     for i in range(workers):
@@ -177,10 +238,21 @@ def spread(inputs: list[str], rows: list[dict], out_path: str, options: RunOptio
         outs.append((i, out))
         print(f"validation: worker {i} (CUDA_VISIBLE_DEVICES={i}): {len(shard)} cases", file=stream, flush=True)
     failed = []
-    for i, proc, log in procs:
-        if proc.wait() != 0:
-            failed.append(i)
-        log.close()
+    try:
+        for i, proc, log in procs:
+            if proc.wait() != 0:
+                failed.append(i)
+            log.close()
+    except BaseException:  # Ctrl-C or SIGTERM: the workers stop too; their rows stay in their outputs
+        for _i, proc, _log in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for _i, proc, log in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(60)
+            log.close()
+        print(f"validation: the workers' rows so far are in {tmp}", file=stream, flush=True)
+        raise
     parts = {}
     header = None
     for i, out in outs:
@@ -194,7 +266,7 @@ def spread(inputs: list[str], rows: list[dict], out_path: str, options: RunOptio
         raise ValueError(f"--gpus: worker(s) {', '.join(map(str, failed)) or 'all'} failed; their logs and "
                          f"partial outputs are in {tmp}")
     counts = {s: 0 for s in STATUSES}
-    with open(out_path, "w", newline="") as fh:
+    with atomic_output(out_path, "--out", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=header, extrasaction="ignore")
         writer.writeheader()
         for k in range(len(rows)):

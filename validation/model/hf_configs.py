@@ -16,6 +16,8 @@ import copy
 import json
 import os
 
+from estimator.files import write_atomic
+
 FAMILIES: dict[str, dict] = {
     # https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json
     "llama-3.1-8b": {
@@ -224,7 +226,5 @@ def dump_config(name: str, path: str, layers: int | None = None, overrides: dict
     """Write the family's config dict (layers/overrides applied, model_type included) as JSON; returns path."""
     cfg = family_config(name, layers, overrides, tiny)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as fh:
-        json.dump(cfg, fh, indent=2, sort_keys=True)
-        fh.write("\n")
+    write_atomic(path, json.dumps(cfg, indent=2, sort_keys=True) + "\n", "config")
     return path

@@ -44,9 +44,12 @@ from validation.errors import is_oom, typed_line
 from validation.model.hf_configs import FAMILIES, dump_config, family_config, layer_kinds, to_hf_config
 from validation.model.hf_runs import PRECISIONS, Dev, PhaseBox, Unsupported, run_prefill, run_train, sub_or_none
 from validation.model.hf_suites import SUITES
+from validation.model.hf_vision import build as build_vision
+from validation.model.hf_vision import is_vision, set_trainable, vision_config
+from validation.model.hf_vision import tokens as vision_tokens
 
 CASE_COLUMNS = ["family", "layers", "attn_implementation", "mode", "precision", "optimizer", "checkpointing",
-                "seq_len", "batch", "decode_tokens", "overrides", "no_reset"]
+                "seq_len", "batch", "decode_tokens", "overrides", "no_reset", "image_size", "images", "trainable"]
 RESULT_COLUMNS = [
     "status", "reason", "phase", "n_params", "model_type", "experts_implementation", "layer_types",
     "baseline_bytes", "weights_bytes", "state_bytes", "peak_step1_bytes", "peak_forward_bytes",
@@ -55,7 +58,8 @@ RESULT_COLUMNS = [
     "time_first_call_ms", "time_step1_ms", "time_forward_ms", "time_backward_ms", "time_optimizer_ms",
     "time_step_ms", "n_timed", "time_prefill_ms", "decode_ms_per_token", "decode_warm_ms_per_token", "loss",
     "recompile_limit", "build_s",
-    "case_s", "config_file", "torch_version", "transformers_version", "device_name", "tiny",
+    "case_s", "vision_tokens", "lm_tokens", "config_file", "torch_version", "transformers_version", "device_name",
+    "tiny",
 ]
 COLUMNS = CASE_COLUMNS + RESULT_COLUMNS
 
@@ -84,6 +88,9 @@ def normalize_case(case: dict) -> dict:
     c["no_reset"] = 1 if str(nr).strip().lower() in ("1", "true", "yes") else 0
     if c["mode"] == "prefill":
         c["precision"] = c["precision"] or "bf16-true"
+    c["image_size"] = str(c["image_size"] or "").strip()  # vision families (validation.model.hf_vision)
+    c["images"] = int(c["images"] or 0)
+    c["trainable"] = str(c["trainable"] or "").strip() or "all"
     return c
 
 
@@ -126,7 +133,9 @@ class ModelSlot:
 
     def key_of(self, case):
         own = json.dumps(case["config"], sort_keys=True) if case.get("config") else ""
-        return (case["family"], case["layers"], case["overrides"], case["attn_implementation"], load_dtype(case), own)
+        return (case["family"], case["layers"], case["overrides"], case["attn_implementation"], load_dtype(case),
+                case["image_size"] if case["family"].startswith("vit") else "",
+                case["trainable"] if case["mode"] == "train" else "all", own)
 
     def config_of(self, case) -> dict:
         """The config dict the case builds: its own `config` (a user's config.json, `validation model --config`,
@@ -142,6 +151,8 @@ class ModelSlot:
             if resident is None or resident == self.info["baseline_bytes"] + self.info["weights_bytes"]:
                 return self.model, self.info, False
         self.free()
+        if is_vision(case["family"]) and not case.get("config"):
+            return self._get_vision(case, key)
         cfg = self.config_of(case)
         hf_cfg = to_hf_config(cfg)
         baseline = self.dev.allocated()
@@ -170,19 +181,49 @@ class ModelSlot:
         return model, self.info, True
 
 
+    def _get_vision(self, case, key):
+        cfg = vision_config(case["family"], case["layers"], case["overrides"] or None, self.tiny, case["image_size"])
+        baseline = self.dev.allocated()
+        t = time.perf_counter()
+        with torch.device(self.dev.device):
+            model = build_vision(cfg, case["attn_implementation"], load_dtype(case))
+        set_trainable(model, cfg, key[-2])
+        self.dev.sync()
+        build_s = time.perf_counter() - t
+        after = self.dev.allocated()
+        self.model, self.key = model, key
+        self.info = {"n_params": sum(p.numel() for p in model.parameters()), "model_type": cfg["model_type"],
+                     "experts_implementation": "", "layer_types": "", "baseline_bytes": baseline,
+                     "weights_bytes": sub_or_none(after, baseline), "build_s": round(build_s, 3), "vocab": 0,
+                     "notes": [], "vision_cfg": cfg}
+        return model, self.info, True
+
+
 def _is_moe(cfg):
     return any(k in cfg for k in ("num_local_experts", "num_experts", "n_routed_experts"))
 
 
-def warm_up(dev: Dev):
+def warm_up(dev: Dev, inference_only: bool = False):
     """cuBLAS handles/workspaces of the forward and the autograd thread, autocast and no-grad paths (seq 128),
-    on a tiny llama; returns memory_allocated() afterwards with everything freed (the baseline)."""
+    on a tiny llama; returns memory_allocated() afterwards with everything freed (the baseline). `inference_only`
+    (--warmup inference): the no-grad path only, so the process holds the one workspace a serving process has
+    (no autograd thread); for prefill-only case lists."""
     from transformers import AutoModelForCausalLM
 
     cfg = to_hf_config(family_config("llama-3.1-8b", 1, tiny=True))
     with torch.device(dev.device):
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
     ids = torch.randint(0, cfg.vocab_size, (1, 128), device=dev.device)
+    if inference_only:
+        model.eval()
+        model.to(torch.bfloat16)
+        with torch.no_grad():
+            out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+            del out
+        del model, ids
+        dev.sync()
+        dev.empty_cache()
+        return dev.allocated()
     model.train()
     with torch.autocast(dev.type, dtype=torch.bfloat16):
         loss = model(input_ids=ids, labels=ids).loss
@@ -225,6 +266,8 @@ def run_case(case: dict, slot: ModelSlot, dev: Dev, row: dict, run_fn=None, box:
                 torch._dynamo.reset()
         box.phase = "build"
         model, info, built = slot.get(case)
+        if "vision_cfg" in info:
+            row["vision_tokens"], row["lm_tokens"] = vision_tokens(info["vision_cfg"], case)
         for k in ("n_params", "model_type", "experts_implementation", "layer_types", "baseline_bytes",
                   "weights_bytes"):
             row[k] = info[k]
@@ -301,6 +344,8 @@ def main(argv=None, run_fn=None) -> int:
                              "--suite/--cases, every family at --layers (default: as published)")
     parser.add_argument("--layers", type=int, default=None, help="with --dump-configs alone")
     parser.add_argument("--list", action="store_true", help="print the suite's cases and exit")
+    parser.add_argument("--warmup", choices=("train", "inference"), default="train",
+                        help="inference: warm up the no-grad path only (one cuBLAS workspace, as a serving process)")
     args = parser.parse_args(argv)
     t_start = time.monotonic()
 
@@ -354,7 +399,7 @@ def main(argv=None, run_fn=None) -> int:
                 row.update(status="skipped_budget", reason=f"budget {args.budget_s:g}s spent")
             else:
                 if not warmed:
-                    slot.warm_baseline = warm_up(dev)
+                    slot.warm_baseline = warm_up(dev, args.warmup == "inference")
                     warmed = True
                 run_case(case, slot, dev, row, run_fn)
             writer.writerow(row)

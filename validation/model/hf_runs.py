@@ -146,6 +146,17 @@ class PhaseBox:
     phase = "setup"
 
 
+def model_kwargs(model, info, case, dev, train: bool) -> dict:
+    """The forward's arguments: random token ids (labels = ids for training; KV cache and the last position's
+    logits for a prefill), or a vision family's pixels and ids (validation.model.hf_vision.make_inputs)."""
+    if "vision_cfg" in info:
+        from validation.model.hf_vision import make_inputs
+
+        return make_inputs(model, info["vision_cfg"], case, dev, train)
+    ids = torch.randint(0, info["vocab"], (case["batch"], case["seq_len"]), device=dev.device)
+    return {"input_ids": ids, "labels": ids} if train else {"input_ids": ids, "use_cache": True, "logits_to_keep": 1}
+
+
 def _set_train_mode(model, case) -> None:
     """Check the case's training fields and put the model in training mode with its checkpointing."""
     if case["precision"] not in PRECISIONS:
@@ -178,12 +189,12 @@ class TrainStep:
         self.scaler = torch.amp.GradScaler(dev.type) if prec == "16-mixed" else None
         self.amp = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(prec)
         self.dev_type = dev.type
-        self.ids = torch.randint(0, info["vocab"], (case["batch"], case["seq_len"]), device=dev.device)
+        self.kw = model_kwargs(model, info, case, dev, train=True)
 
     def forward(self):
         ctx = torch.autocast(self.dev_type, dtype=self.amp) if self.amp is not None else contextlib.nullcontext()
         with ctx:
-            out = self.model(input_ids=self.ids, labels=self.ids)
+            out = self.model(**self.kw)
             loss = out.loss
         del out  # logits dropped before backward (Lightning's training_step returns the loss only)
         return loss
@@ -298,12 +309,12 @@ def run_prefill(model, info, case, dev, row, box):
     if model.is_gradient_checkpointing:
         model.gradient_checkpointing_disable()
     base, weights = info["baseline_bytes"], info["weights_bytes"]
-    ids = torch.randint(0, info["vocab"], (case["batch"], case["seq_len"]), device=dev.device)
-    row["input_bytes"] = ids.numel() * ids.element_size()
+    kw = model_kwargs(model, info, case, dev, train=False)
+    row["input_bytes"] = sum(v.numel() * v.element_size() for v in kw.values() if isinstance(v, torch.Tensor))
     with torch.no_grad():
         box.phase = "prefill"
         dev.reset_peak()
-        out, ms = dev.timed(lambda: model(input_ids=ids, use_cache=True, logits_to_keep=1))
+        out, ms = dev.timed(lambda: model(**kw))
         row["peak_bytes"] = dev.peak()
         row["peak_reserved_bytes"] = dev.peak_reserved()
         row["time_first_call_ms"] = round(ms, 3)
@@ -317,7 +328,7 @@ def run_prefill(model, info, case, dev, row, box):
         del out
         if case["decode_tokens"] > 0:  # the same lengths again: every per-length library cache is warm now
             box.phase = "decode_warm"
-            out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+            out = model(**kw)
             row["decode_warm_ms_per_token"] = _decode_ms(model, out, info, case, dev)
             del out
         box.phase = "timing"
@@ -325,7 +336,7 @@ def run_prefill(model, info, case, dev, row, box):
         if ms <= SLOW_S * 1e3:
             times = []
             for _ in range(3):
-                out, t = dev.timed(lambda: model(input_ids=ids, use_cache=True, logits_to_keep=1))
+                out, t = dev.timed(lambda: model(**kw))
                 del out
                 times.append(t)
         row["time_prefill_ms"] = round(statistics.median(times), 3)

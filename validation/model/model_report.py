@@ -19,12 +19,14 @@ import sys
 import pandas as pd
 
 from estimator.call.attention import CUDA_CONTEXT_BYTES
+from estimator.files import refuse_same_file, write_atomic
 from estimator.model.hf_config import from_hf_config
 from estimator.model.inputs import PlanInputs
 from estimator.model.plan import make_plan
 from validation.call.schema import tolerance_bytes
 from validation.errors import first_line
 from validation.model.hf_configs import family_config
+from validation.model.hf_vision import is_vision
 
 # HF attn_implementation -> the planner's backend
 BACKEND_OF = {"sdpa": "auto", "eager": "eager", "flex_attention": "flex"}
@@ -33,6 +35,10 @@ CHECKPOINTING_OF = {"none": "none", "hf": "hf"}
 
 def plan_row(row: dict):
     """The plan for one measured row (raises ValueError when the planner cannot model it)."""
+    if is_vision(row["family"]):
+        from validation.model.vision_report import vision_plan_row
+
+        return vision_plan_row(row)
     cfg = family_config(row["family"], int(row["layers"]), row.get("overrides") or None)
     model = from_hf_config(cfg, name=f"{row['family']} ({row['layers']} layers)")
     training = row["mode"] == "train"
@@ -175,19 +181,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--csv-out", help="write the per-row comparison here")
     args = parser.parse_args(argv)
     try:
+        refuse_same_file(args.md, args.csv, "--md")
+        refuse_same_file(args.csv_out, args.csv, "--csv-out")
         df = pd.concat([pd.read_csv(p, dtype=str, keep_default_na=False) for p in args.csv], ignore_index=True)
         result = compare(df)
     except (OSError, ValueError, KeyError, pd.errors.ParserError) as exc:
         print(f"error: {first_line(exc)}", file=sys.stderr)
         return 2
     text = markdown(result, args.csv)
-    if args.md:
-        with open(args.md, "w") as fh:
-            fh.write(text)
-    else:
-        print(text)
-    if args.csv_out:
-        result.to_csv(args.csv_out, index=False)
+    try:
+        if args.md:
+            write_atomic(args.md, text, "--md")
+        else:
+            print(text)
+        if args.csv_out:
+            write_atomic(args.csv_out, result.to_csv(index=False), "--csv-out")
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -171,7 +171,13 @@ def prepare(args) -> dict:
         raise ValueError(f"--decode-tokens: expected 0..4096, got {args.decode_tokens}")
     from validation.call.runner import free_bytes
 
+    from estimator.cli.plan import image_request
+
     device, gpu = detect(args)
+    if image_request(args) is not None:  # a Swin or a vision-language model (with --text-only: its text decoder)
+        raise ValueError("--config: image models are measured by python -m validation.hf_models' vision families "
+                         "(validation/model/hf_vision.py); this command builds causal language models (--text-only "
+                         "measures a vision-language model's text decoder)")
     cfg, source = read_config(args)
     full_layers = cfg["num_hidden_layers"]
     layers = full_layers

@@ -65,9 +65,13 @@ def case_of(inputs, cfg: dict, decode_tokens: int | None, default_decode: int, f
         raise ValueError("--window: the model runs its config's own windows; set sliding_window in the config.json")
     if inputs.kv_layout != "hf":
         raise ValueError("--kv-layout: transformers stores the cache as `hf`; other layouts are planned only")
+    if inputs.model.kind != "decoder":
+        raise ValueError("--config: an image encoder is measured by python -m validation.hf_models' vision families "
+                         "(validation/model/hf_vision.py); this command builds causal language models")
     training = inputs.mode == "training"
     case = {"family": family, "layers": cfg["num_hidden_layers"], "attn_implementation": ATTN_OF[inputs.backend],
-            "overrides": "", "no_reset": 0, "seq_len": inputs.seq_len, "batch": inputs.batch, "config": cfg}
+            "overrides": "", "no_reset": 0, "seq_len": inputs.seq_len, "batch": inputs.batch, "image_size": "",
+            "images": 0, "trainable": "all", "config": cfg}
     if training:
         if inputs.checkpointing not in ("none", "hf"):
             raise ValueError(f"--checkpointing: {inputs.checkpointing} is planned only; measured: none, hf "

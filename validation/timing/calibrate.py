@@ -51,7 +51,6 @@ and listed). The JSON is rewritten after every section, so a crash leaves the se
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import sys
@@ -59,6 +58,7 @@ import time
 
 import torch
 
+from estimator.files import strict_json, write_atomic
 from validation.timing.calibrate_gemm import measure_gemms, measure_grouped_gemms
 from validation.timing.calibrate_sections import (
     measure_attention,
@@ -181,11 +181,9 @@ def calibrate(out_path: str, device: str | None = None, quick: bool = False, bud
                   gemm=[], memory_bound=[], launch_floor_ms=None, sync_ms=None, launch_sync_ms=None,
                   attention=[], optimizer=[], grouped_gemm=[], skipped=[])
 
-    def write():
+    def write():  # the whole file each time, through a temporary file renamed over it: never half a JSON
         result["elapsed_s"] = round(budget.elapsed(), 2)
-        with open(out_path, "w") as fh:
-            json.dump(result, fh, indent=1)
-            fh.write("\n")
+        write_atomic(out_path, strict_json(result, "calibrate", indent=1) + "\n", "--out")
 
     log(f"calibrate: {info['name']} ({device}), torch {torch.__version__}{' quick' if quick else ''}")
     result.update(measure_launch(device))

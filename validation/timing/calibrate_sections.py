@@ -50,96 +50,121 @@ def _memory_ops(rows_list, cols, quick):
     the function to time. Byte formulas: s = element size, n = elements, r = rows, h = last dim."""
     ops = []
     for r in rows_list:
-        n = r * cols
-        for dname in ("bfloat16", "float32"):
-            s = 2 if dname == "bfloat16" else 4
-            for op, fn in (("add", torch.add), ("mul", torch.mul)):
-                def make(device, dt=DTYPES[dname], r=r, fn=fn):
-                    a = torch.randn(r, cols, device=device, dtype=dt)
-                    b = torch.randn(r, cols, device=device, dtype=dt)
-                    return lambda: fn(a, b)
-                ops.append((op, dname, [r, cols], n, 3 * s * n, 3 * s * n, 1, make))
+        ops += _layer_ops(r, cols) + _expert_ops(r, cols) + _softmax_ops(r, cols)
+    return ops + _cross_entropy_ops(quick)
 
-        def make_cast(device, r=r):
-            a = torch.randn(r, cols, device=device, dtype=torch.bfloat16)
-            return lambda: a.to(torch.float32)
-        ops.append(("cast_bf16_fp32", "bfloat16", [r, cols], n, 6 * n, 6 * n, 1, make_cast))
 
-        def make_copy(device, r=r):
-            a = torch.randn(r, cols, device=device, dtype=torch.bfloat16)
-            b = torch.empty_like(a)
-            return lambda: b.copy_(a)
-        ops.append(("copy", "bfloat16", [r, cols], n, 4 * n, 4 * n, 1, make_copy))
+def _layer_ops(r, cols):
+    """A decoder layer's memory-bound ops on (r, cols): add and mul, the bf16 -> fp32 cast, a copy, RMSNorm, SiLU·mul
+    and RoPE, each with its eager kernels' bytes."""
+    n = r * cols
+    ops = []
+    for dname in ("bfloat16", "float32"):
+        s = 2 if dname == "bfloat16" else 4
+        for op, fn in (("add", torch.add), ("mul", torch.mul)):
+            def make(device, dt=DTYPES[dname], r=r, fn=fn):
+                a = torch.randn(r, cols, device=device, dtype=dt)
+                b = torch.randn(r, cols, device=device, dtype=dt)
+                return lambda: fn(a, b)
+            ops.append((op, dname, [r, cols], n, 3 * s * n, 3 * s * n, 1, make))
 
-        # to fp32 (2n+4n), pow (8n), mean (4n+4r), +eps (8r), rsqrt (8r), mul (8n+4r), to bf16 (4n+2n),
-        # weight * (4n+2h): 36n + 24r + 2h over 8 kernels; fused: 4n + 2h.
-        def make_rms(device, r=r):
-            x = torch.randn(r, cols, device=device, dtype=torch.bfloat16)
-            w = torch.ones(cols, device=device, dtype=torch.bfloat16)
-            return lambda: _rmsnorm(x, w)
-        ops.append(("rmsnorm", "bfloat16", [r, cols], n, 36 * n + 24 * r + 2 * cols, 4 * n + 2 * cols, 8,
-                    make_rms))
+    def make_cast(device, r=r):
+        a = torch.randn(r, cols, device=device, dtype=torch.bfloat16)
+        return lambda: a.to(torch.float32)
+    ops.append(("cast_bf16_fp32", "bfloat16", [r, cols], n, 6 * n, 6 * n, 1, make_cast))
 
-        # silu (4n), mul (6n): 10n over 2 kernels; fused: 6n.
-        def make_silu(device, r=r):
-            g = torch.randn(r, cols, device=device, dtype=torch.bfloat16)
-            u = torch.randn(r, cols, device=device, dtype=torch.bfloat16)
-            return lambda: F.silu(g) * u
-        ops.append(("silu_mul", "bfloat16", [r, cols], n, 10 * n, 6 * n, 2, make_silu))
+    def make_copy(device, r=r):
+        a = torch.randn(r, cols, device=device, dtype=torch.bfloat16)
+        b = torch.empty_like(a)
+        return lambda: b.copy_(a)
+    ops.append(("copy", "bfloat16", [r, cols], n, 4 * n, 4 * n, 1, make_copy))
 
-        # q (1, H, S, D) with H*D = cols, S = r; c = S*D for cos and sin each.
-        # q*cos (4n+2c), -x2 (2n), cat (4n), rot*sin (4n+2c), add (6n): 20n + 4c over 5 kernels; fused 4n + 4c.
-        heads, d = max(1, cols // 128), min(128, cols)
-        c = r * d
+    # to fp32 (2n+4n), pow (8n), mean (4n+4r), +eps (8r), rsqrt (8r), mul (8n+4r), to bf16 (4n+2n),
+    # weight * (4n+2h): 36n + 24r + 2h over 8 kernels; fused: 4n + 2h.
+    def make_rms(device, r=r):
+        x = torch.randn(r, cols, device=device, dtype=torch.bfloat16)
+        w = torch.ones(cols, device=device, dtype=torch.bfloat16)
+        return lambda: _rmsnorm(x, w)
+    ops.append(("rmsnorm", "bfloat16", [r, cols], n, 36 * n + 24 * r + 2 * cols, 4 * n + 2 * cols, 8,
+                make_rms))
 
-        def make_rope(device, r=r, heads=heads, d=d):
-            q = torch.randn(1, heads, r, d, device=device, dtype=torch.bfloat16)
-            cos = torch.randn(1, 1, r, d, device=device, dtype=torch.bfloat16)
-            sin = torch.randn(1, 1, r, d, device=device, dtype=torch.bfloat16)
-            return lambda: _rope(q, cos, sin)
-        ops.append(("rope", "bfloat16", [1, heads, r, d], heads * r * d, 20 * n + 4 * c, 4 * n + 4 * c, 5,
-                    make_rope))
+    # silu (4n), mul (6n): 10n over 2 kernels; fused: 6n.
+    def make_silu(device, r=r):
+        g = torch.randn(r, cols, device=device, dtype=torch.bfloat16)
+        u = torch.randn(r, cols, device=device, dtype=torch.bfloat16)
+        return lambda: F.silu(g) * u
+    ops.append(("silu_mul", "bfloat16", [r, cols], n, 10 * n, 6 * n, 2, make_silu))
 
-        # the elementwise ops of transformers' grouped_mm experts (integrations/moe.py), which run PyTorch's
-        # non-vectorised elementwise kernel: a row mask or row weight broadcast over the hidden dim, a chunked
-        # (strided) gate/up pair, a row gather. masked_fill with a (r, 1) mask: read n, write n, mask r bytes.
-        def make_masked_fill(device, r=r):
-            x = torch.randn(r, cols, device=device, dtype=torch.bfloat16)
-            m = torch.zeros(r, 1, device=device, dtype=torch.bool)
-            return lambda: x.masked_fill(m, 0.0)
-        ops.append(("masked_fill_rows", "bfloat16", [r, cols], n, 4 * n + r, 4 * n + r, 1, make_masked_fill))
+    # q (1, H, S, D) with H*D = cols, S = r; c = S*D for cos and sin each.
+    # q*cos (4n+2c), -x2 (2n), cat (4n), rot*sin (4n+2c), add (6n): 20n + 4c over 5 kernels; fused 4n + 4c.
+    heads, d = max(1, cols // 128), min(128, cols)
+    c = r * d
 
-        # gate, up = x.chunk(2, -1) of x (r, 2·cols); silu(gate) (4n, strided read), * up (6n): 10n over 2 kernels
-        def make_silu_chunked(device, r=r):
-            x = torch.randn(r, 2 * cols, device=device, dtype=torch.bfloat16)
+    def make_rope(device, r=r, heads=heads, d=d):
+        q = torch.randn(1, heads, r, d, device=device, dtype=torch.bfloat16)
+        cos = torch.randn(1, 1, r, d, device=device, dtype=torch.bfloat16)
+        sin = torch.randn(1, 1, r, d, device=device, dtype=torch.bfloat16)
+        return lambda: _rope(q, cos, sin)
+    ops.append(("rope", "bfloat16", [1, heads, r, d], heads * r * d, 20 * n + 4 * c, 4 * n + 4 * c, 5,
+                make_rope))
+    return ops
 
-            def run():
-                g, u = x.chunk(2, dim=-1)
-                return F.silu(g) * u
-            return run
-        ops.append(("silu_mul_chunked", "bfloat16", [r, 2 * cols], n, 10 * n, 6 * n, 2, make_silu_chunked))
 
-        # x * w[:, None] with w (r,): read n + r, write n
-        def make_mul_rows(device, r=r):
-            x = torch.randn(r, cols, device=device, dtype=torch.bfloat16)
-            w = torch.randn(r, device=device, dtype=torch.bfloat16)
-            return lambda: x * w.unsqueeze(-1)
-        ops.append(("mul_rows", "bfloat16", [r, cols], n, 4 * n + 2 * r, 4 * n + 2 * r, 1, make_mul_rows))
+def _expert_ops(r, cols):
+    """The elementwise ops of transformers' grouped_mm experts (integrations/moe.py), which run PyTorch's
+    non-vectorised elementwise kernel: a row mask or row weight broadcast over the hidden dim, a chunked (strided)
+    gate/up pair, a row gather."""
+    n = r * cols
+    ops = []
 
-        # x[perm] with a random permutation of the rows: read n, write n (+ the int64 index)
-        def make_gather_rows(device, r=r):
-            x = torch.randn(r, cols, device=device, dtype=torch.bfloat16)
-            perm = torch.randperm(r, device=device)
-            return lambda: x[perm]
-        ops.append(("gather_rows", "bfloat16", [r, cols], n, 4 * n + 8 * r, 4 * n + 8 * r, 1, make_gather_rows))
+    # masked_fill with a (r, 1) mask: read n, write n, mask r bytes
+    def make_masked_fill(device, r=r):
+        x = torch.randn(r, cols, device=device, dtype=torch.bfloat16)
+        m = torch.zeros(r, 1, device=device, dtype=torch.bool)
+        return lambda: x.masked_fill(m, 0.0)
+    ops.append(("masked_fill_rows", "bfloat16", [r, cols], n, 4 * n + r, 4 * n + r, 1, make_masked_fill))
 
-        def make_softmax(device, r=r):
-            x = torch.randn(r, cols, device=device, dtype=torch.float32)
-            return lambda: torch.softmax(x, dim=-1)
-        ops.append(("softmax", "float32", [r, cols], n, 8 * n, 8 * n, 1, make_softmax))
+    # gate, up = x.chunk(2, -1) of x (r, 2·cols); silu(gate) (4n, strided read), * up (6n): 10n over 2 kernels
+    def make_silu_chunked(device, r=r):
+        x = torch.randn(r, 2 * cols, device=device, dtype=torch.bfloat16)
 
-    # cross entropy on fp32 logits (HF upcasts): log_softmax (8n), nll (~0), backward: zeros + scatter of the
-    # nll grad (4n), log_softmax_backward (12n): 24n; fused forward+backward: read logits, write grad = 8n.
+        def run():
+            g, u = x.chunk(2, dim=-1)
+            return F.silu(g) * u
+        return run
+    ops.append(("silu_mul_chunked", "bfloat16", [r, 2 * cols], n, 10 * n, 6 * n, 2, make_silu_chunked))
+
+    # x * w[:, None] with w (r,): read n + r, write n
+    def make_mul_rows(device, r=r):
+        x = torch.randn(r, cols, device=device, dtype=torch.bfloat16)
+        w = torch.randn(r, device=device, dtype=torch.bfloat16)
+        return lambda: x * w.unsqueeze(-1)
+    ops.append(("mul_rows", "bfloat16", [r, cols], n, 4 * n + 2 * r, 4 * n + 2 * r, 1, make_mul_rows))
+
+    # x[perm] with a random permutation of the rows: read n, write n (+ the int64 index)
+    def make_gather_rows(device, r=r):
+        x = torch.randn(r, cols, device=device, dtype=torch.bfloat16)
+        perm = torch.randperm(r, device=device)
+        return lambda: x[perm]
+    ops.append(("gather_rows", "bfloat16", [r, cols], n, 4 * n + 8 * r, 4 * n + 8 * r, 1, make_gather_rows))
+    return ops
+
+
+def _softmax_ops(r, cols):
+    """An fp32 softmax over the last dim: read n, write n."""
+    n = r * cols
+
+    def make_softmax(device, r=r):
+        x = torch.randn(r, cols, device=device, dtype=torch.float32)
+        return lambda: torch.softmax(x, dim=-1)
+    return [("softmax", "float32", [r, cols], n, 8 * n, 8 * n, 1, make_softmax)]
+
+
+def _cross_entropy_ops(quick):
+    """Cross entropy on fp32 logits (HF upcasts), forward and backward: log_softmax (8n), nll (~0), backward: zeros
+    + scatter of the nll grad (4n), log_softmax_backward (12n): 24n; fused forward+backward: read logits, write
+    grad = 8n."""
+    ops = []
     vocab = 1000 if quick else 128256
     for t in ((32, 64) if quick else (2048, 8192)):
         n = t * vocab

@@ -23,9 +23,10 @@ at.run()
 at.button(key="own_run").click().run()
 errors = [e.value for e in at.error] + [str(e.value) for e in at.exception]
 print("page errors:", errors or "none")
-result = at.session_state["own_result"] if "own_result" in at.session_state else None
-if result is None:
-    sys.exit("page: no result")
+try:
+    result = at.session_state["own_result"]
+except KeyError:
+    sys.exit("page: no result (errors above)")
 result.to_csv(out / "page.csv", index=False)
 row = result.iloc[0].to_dict()
 print("page:", row["status"], "peak", row["peak_bytes"], "plan", row["plan_peak_bytes"], row.get("reason", ""))

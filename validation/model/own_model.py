@@ -169,9 +169,8 @@ def prepare(args) -> dict:
         raise ValueError(f"--timeout-s: expected seconds in [0, {MAX_TIMEOUT_S:g}] (0 = none), got {args.timeout_s}")
     if args.decode_tokens is not None and not 0 <= args.decode_tokens <= 4096:
         raise ValueError(f"--decode-tokens: expected 0..4096, got {args.decode_tokens}")
-    from validation.call.runner import free_bytes
-
     from estimator.cli.plan import image_request
+    from validation.call.runner import free_bytes
 
     device, gpu = detect(args)
     if image_request(args) is not None:  # a Swin or a vision-language model (with --text-only: its text decoder)

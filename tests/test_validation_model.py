@@ -118,6 +118,9 @@ def test_rows_equal_validation_hf_models_for_the_same_case(tmp_path):
     (["--dtype", "float16"], "--dtype:"), (["--hidden", "128"], "--hidden:"), (["--window", "16"], "--window:"),
     (["--kv-dtype", "int8"], "--kv-dtype:"), (["--preset", "llama-3-8b"], "--config:"),
     (["--backend", "flash-attn"], "--backend:"), (["--timeout-s", "-1"], "--timeout-s:"),
+    (["--mode", "training", "--micro-batch", "1", "--batch", "2"], "--micro-batch:"),
+    (["--mode", "training", "--persistent-grads"], "--persistent-grads:"),
+    (["--trainable", "projector"], "--trainable:"),
 ])
 def test_what_one_gpu_cannot_run_as_planned_is_one_line_naming_the_flag(tmp_path, flags, needle):
     proc = subprocess.run([sys.executable, "-m", "validation", "model", "--config", _write(tmp_path, QWEN3),
@@ -273,3 +276,23 @@ def test_validate_page_runs_the_model_and_shows_measured_beside_planned(monkeypa
     assert int(result.iloc[0]["n_params"]) == int(result.iloc[0]["plan_params"])
     assert result.iloc[0]["layers"] == "1" and result.iloc[0]["layers_cut_from"] == "2"
     assert "cut from 2; planned for the same cut" in text
+
+
+def test_own_report_cli_writes_the_parts_and_checks_against_hf_models(tmp_path):
+    row = {"status": "ok", "mode": "prefill", "family": "llama", "layers": "2", "attn_implementation": "sdpa",
+           "precision": "bf16-true", "optimizer": "adamw", "checkpointing": "none", "seq_len": "8", "batch": "1",
+           "decode_tokens": "0", "config_source": "c.json", "device_name": "NVIDIA H200", "plan_band": "",
+           "n_params": "10", "plan_params": "10", "weights_bytes": str(1 << 30), "plan_weights_bytes": str(1 << 30),
+           "peak_bytes": str(2 << 30), "plan_peak_bytes": str(2 << 30)}
+    own, hf = tmp_path / "own.csv", tmp_path / "hf.csv"
+    for path, rows in ((own, [row]), (hf, [dict(row, peak_bytes=str((2 << 30) + 1))])):
+        with open(path, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(row))
+            w.writeheader()
+            w.writerows(rows)
+    md = tmp_path / "r.md"
+    assert own_report.main([str(own), "--against", str(hf), "--md", str(md)]) == 1
+    text = md.read_text()
+    assert "| build | weights | 1.000 GiB | 1.000 GiB | +0.0% | yes |" in text
+    assert f"NO: peak_bytes: {2 << 30} here, {(2 << 30) + 1} in hf_models" in text
+    assert own_report.main([str(own), "--against", str(own), "--md", str(md)]) == 0

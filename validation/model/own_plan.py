@@ -76,9 +76,11 @@ def case_of(inputs, cfg: dict, decode_tokens: int | None, default_decode: int, f
         if inputs.checkpointing not in ("none", "hf"):
             raise ValueError(f"--checkpointing: {inputs.checkpointing} is planned only; measured: none, hf "
                              "(model.gradient_checkpointing_enable())")
-        if inputs.zero or inputs.persistent_grads or inputs.sequence_parallel or (
-                inputs.micro_batch not in (None, inputs.batch)):
-            raise ValueError("--micro-batch: gradient accumulation, ZeRO and persistent gradients are planned only")
+        for flag, planned_only in (("--zero", inputs.zero), ("--persistent-grads", inputs.persistent_grads),
+                                   ("--sequence-parallel", inputs.sequence_parallel),
+                                   ("--micro-batch", inputs.micro_batch not in (None, inputs.batch))):
+            if planned_only:
+                raise ValueError(f"{flag}: planned only; the measured step is one pass, gradients set to None")
         if decode_tokens:
             raise ValueError("--decode-tokens: applies to --mode inference")
         case.update(mode="train", precision=inputs.recipe.name, optimizer=inputs.optimizer,

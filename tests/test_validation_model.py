@@ -296,3 +296,19 @@ def test_own_report_cli_writes_the_parts_and_checks_against_hf_models(tmp_path):
     assert "| build | weights | 1.000 GiB | 1.000 GiB | +0.0% | yes |" in text
     assert f"NO: peak_bytes: {2 << 30} here, {(2 << 30) + 1} in hf_models" in text
     assert own_report.main([str(own), "--against", str(own), "--md", str(md)]) == 0
+
+
+def test_a_vision_case_still_builds_with_its_trainable_after_the_own_config_key():
+    """hf_models' model key gained our config; a vision-language training case keeps its `trainable` choice."""
+    from validation.model import hf_models
+    from validation.model.hf_runs import Dev
+
+    slot = hf_models.ModelSlot(Dev("cpu"), tiny=True)
+    case = hf_models.normalize_case({"family": "llava-1.5-7b", "layers": 1, "attn_implementation": "sdpa",
+                                     "mode": "train", "precision": "32-true", "seq_len": 32, "batch": 1,
+                                     "image_size": "", "images": 1, "trainable": "projector"})
+    model, _info, built = slot.get(case)
+    assert built
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert 0 < trainable < sum(p.numel() for p in model.parameters())
+    slot.free()

@@ -187,7 +187,7 @@ class ModelSlot:
         t = time.perf_counter()
         with torch.device(self.dev.device):
             model = build_vision(cfg, case["attn_implementation"], load_dtype(case))
-        set_trainable(model, cfg, key[-2])
+        set_trainable(model, cfg, case["trainable"] if case["mode"] == "train" else "all")  # as key_of keys it
         self.dev.sync()
         build_s = time.perf_counter() - t
         after = self.dev.allocated()

@@ -108,6 +108,8 @@ except ValueError as exc:
 st.query_params.from_dict(state.query_from_values(values))
 forms.save_values(PREFIX, {k: v for k, v in values.items() if k in state.PLAN_DEFAULTS})
 st.session_state["plan_inputs"] = inputs  # the trace and validate pages work on this plan
+# the uploaded config.json itself, for the Validate page to build the model from (ui/own_model.py)
+st.session_state["plan_config"] = uploads.config_dict(uploaded) if config_spec is not None else None
 if config_spec is not None and config_spec.windowed:
     st.caption("The shared URL carries this config's architecture, not its per-layer sliding windows.")
 if config_spec is not None and TEXT_ONLY_NOTE in config_spec.source:

@@ -3,7 +3,8 @@
 run    measure a predict-style CSV on the local GPU (or the CPU) beside the estimator's predictions
 grid   write a predict-style case list (nsweep, matrix, random, calibration, cpu, sweep)
 report summarise a run's output: error tables, worst cases, the doubling check, kernel counts
-model  under torchrun: a HF model sharded over the processes (tp, cp, ZeRO-3), one row per rank beside the plan
+model  --config PATH | --preset NAME [plan flags]: your model and workload on one GPU (no torchrun), measured phase by
+       phase beside the plan; --family F under torchrun: a HF model sharded over the processes (tp, cp, ZeRO-3)
 serve  transformers' continuous batching serving a workload on the local device, beside the serving simulation
 """
 
@@ -177,8 +178,10 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--gpu", help="catalog GPU to predict for (default: from the data's device name)")
     rep.add_argument("--torch", help="torch version to predict for (default: the data's)")
     rep.set_defaults(func=_report)
-    mo = sub.add_parser("model", help="a HF model over several processes under torchrun (tp, cp, ZeRO-3), per-rank "
-                        "memory and time beside the plan's per-GPU figures (validation/model/distributed.py)")
+    mo = sub.add_parser("model", help="--config PATH or --preset NAME with the plan's flags: one GPU, no torchrun "
+                        "(python -m validation model --config X --help; validation/model/own_model.py); --family F "
+                        "under torchrun: several processes (tp, cp, ZeRO-3), per-rank memory and time beside the "
+                        "plan's per-GPU figures (validation/model/distributed.py)")
     from validation.model.distributed import add_arguments
     add_arguments(mo)
     mo.set_defaults(func=_model)
@@ -220,7 +223,13 @@ def _sigterm_as_interrupt():
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = parser().parse_args(argv)
+    if argv[:1] == ["model"] and any(a in ("--config", "--preset") or a.startswith(("--config=", "--preset="))
+                                     for a in argv[1:]):  # one GPU, no torchrun: validation/model/own_model.py
+        from validation.model import own_model
+        args = own_model.parser().parse_args(argv[1:])
+        args.func = own_model.run_command
+    else:
+        args = parser().parse_args(argv)
     args.argv = argv
     try:
         with _sigterm_as_interrupt():

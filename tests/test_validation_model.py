@@ -260,7 +260,7 @@ def test_validate_page_runs_the_model_and_shows_measured_beside_planned(monkeypa
     from tests.test_app_pages import ROOT
 
     monkeypatch.setenv("PLANNER_ENABLE_GPU_JOBS", "true")
-    monkeypatch.setattr("ui.gpu.cuda_status", lambda: {"name": "test GPU", "free_bytes": 64 << 30,
+    monkeypatch.setattr("ui.gpu.cuda_status", lambda: {"name": "NVIDIA H200", "free_bytes": 64 << 30,
                                                        "total_bytes": 80 << 30})
     at = AppTest.from_file(str(ROOT / "pages" / "validate.py"), default_timeout=240)
     at.session_state["plan_inputs"] = _tiny_inputs()

@@ -176,8 +176,14 @@ def format_table(d: dict) -> str:
         lines.append(f"  {key[:-3]:<5} P50 {p['p50']:,.2f} ms  P90 {p['p90']:,.2f} ms  P99 {p['p99']:,.2f} ms")
     sim = d["simulation"]
     lines.append(f"  {sim['steps']:,} steps, {sim['preemptions']:,} preemptions, at most {sim['max_running']} running")
+    band = d.get("time_error_band")
+    if band:
+        lo, hi = band["bands"]["tpot_ms.p50"]
+        lines.append(f"  measured on the H200, this engine's TPOT ran {1 / (1 + hi):.2f}-{1 / (1 + lo):.2f}x the "
+                     "simulated figure (held-out runs; the simulation is the fast side: docs/serving.md)")
     if "meets_targets" in d:
-        lines.append(f"  targets {d['targets']}: {'met' if d['meets_targets'] else 'missed'}")
+        lines.append(f"  targets {d['targets']}: {'met' if d['meets_targets'] else 'missed'}"
+                     + (" in the simulation; the measured band above can move it" if band else ""))
     if "sizing" in d:
         lines.append(f"  sizing: {d['sizing'].get('verdict')}")
     return "\n".join(lines)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from estimator.model.trace import nearest_rank
+from estimator.serve.bands import time_error_band
 from estimator.serve.memory import EngineMemory
 from estimator.serve.simulate import Simulation
 
@@ -120,6 +121,9 @@ class ServeResult:
             "timeline": sim.timeline, "settings": self.settings, "workload": self.workload,
             "assumptions": list(self.assumptions),
         }
+        band = time_error_band(self.engine)
+        if band is not None:
+            out["time_error_band"] = band
         if self.targets.given:
             out["targets"] = {"ttft_p99_ms": self.targets.ttft_p99_ms, "tpot_p99_ms": self.targets.tpot_p99_ms}
             out["meets_targets"] = self.meets_targets

@@ -114,23 +114,24 @@ if not plan.supported:
     st.stop()
 
 # --- verdict -------------------------------------------------------------------------------------------------
-headroom = plan.capacity_bytes - plan.total_bytes
+fit = plan.fit  # the one verdict: the CLI table, the JSON, the advice and the workbook say the same
 where = gpu.label + (f" (× {inputs.gpus}: tp {inputs.tp}, cp {inputs.cp}, dp {inputs.dp})" if inputs.gpus > 1 else "")
 with top:
     verdict_col, notes_col = st.columns([3, 2]) if notes else (st.container(), None)
     runs = f" Attention backend: {plan.selected_backend}."
-    if plan.fits:
-        verdict_col.success(md(f"Fits: {gib_text(plan.total_bytes)} of {gib_text(plan.capacity_bytes)} per GPU on "
-                               f"the {where}; headroom {gib_text(headroom)}.{runs}"))
-    else:
-        verdict_col.error(md(f"Does not fit: {gib_text(plan.total_bytes)} needed per GPU, "
-                             f"{gib_text(plan.capacity_bytes)} on the {where}; short by {gib_text(-headroom)}.{runs}"))
+    sentence = fit.text(gib_text)
+    (verdict_col.success if fit.fits else verdict_col.error)(
+        md(f"{sentence[0].upper()}{sentence[1:]} (the {where}).{runs}"))
     for note in notes:
         notes_col.warning(md(note.removeprefix("Note: ")))
-    c1, c2, c3, c4 = st.columns(4)
-    c1.metric("total per GPU", gib_text(plan.total_bytes))
-    c2.metric("headroom", gib_text(headroom))
-    max_n_slot, max_batch_slot = c3.empty(), c4.empty()  # filled at the end, when the solvers have run
+    c1, c2, c3, c4, c5 = st.columns(5)
+    c1.metric("total per GPU", gib_text(fit.total_bytes))
+    c2.metric("allocator reserve", gib_text(fit.allocator_reserve_bytes),
+              help="the step's largest single block, kept free: near the limit the caching allocator runs out in "
+                   "fragments")
+    c3.metric("headroom" if fit.fits else "short by", gib_text(fit.headroom_bytes if fit.fits else fit.short_by_bytes),
+              help="capacity − total − allocator reserve")
+    max_n_slot, max_batch_slot = c4.empty(), c5.empty()  # filled at the end, when the solvers have run
 
 parts = [(c.label, c.bytes) for c in plan.components]  # the budget's rows as (label, bytes per GPU)
 VIEWS = ("Budget", "Charts", "Advice", "Export")

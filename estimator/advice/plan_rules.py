@@ -49,14 +49,16 @@ def rule_fits(ctx: _Context) -> list[Advice]:
     base = ctx.base
     if not base.fits:
         return []
-    headroom = base.capacity_bytes - base.total_bytes
+    fit = base.fit  # the one verdict: headroom after the allocator reserve, as the page and the CLI show it
+    headroom = fit.headroom_bytes
     limits = []
     if base.max_batch:
         limits.append(f"up to batch {base.max_batch:,}")
     if base.max_seq_len:
         limits.append(f"up to seq_len {base.max_seq_len:,}")
     why = (f"Total per GPU {gib(base.total_bytes)} of {gib(base.capacity_bytes)} "
-           f"({base.total_bytes / base.capacity_bytes:.0%}); attention runs {base.selected_backend}.")
+           f"({base.total_bytes / base.capacity_bytes:.0%}), {gib(fit.allocator_reserve_bytes)} kept free for the "
+           f"largest block; attention runs {base.selected_backend}.")
     return [Advice(id="fits", title=f"It fits, with {gib(headroom)} of headroom", why=why,
                    expected_effect=f"No change needed. Headroom {gib(headroom)}"
                                    + (f"; the estimator fits {' and '.join(limits)}." if limits else "."),
@@ -137,8 +139,14 @@ def rule_over_budget(ctx: _Context) -> list[Advice]:
         return []  # the forced backend cannot run: the kernel rules explain it, the totals mean nothing yet
     if base.fits:
         return _kv_rules(ctx)
-    over = base.total_bytes - capacity
-    why_over = f"Total per GPU {gib(base.total_bytes)} exceeds {gib(capacity)} by {gib(over)}"
+    fit = base.fit  # the one verdict: short by = total + allocator reserve - capacity, as every surface says
+    if base.total_bytes > capacity:
+        why_over = (f"Total per GPU {gib(base.total_bytes)} (+ {gib(fit.allocator_reserve_bytes)} kept free for the "
+                    f"largest block) exceeds {gib(capacity)}: short by {gib(fit.short_by_bytes)}")
+    else:
+        why_over = (f"Total per GPU {gib(base.total_bytes)} is under {gib(capacity)}, but with "
+                    f"{gib(fit.allocator_reserve_bytes)} kept free for the largest block it is short by "
+                    f"{gib(fit.short_by_bytes)}")
     best = ctx.plan(batch=dp, **({"checkpointing": "full"} if ctx.training else {}),
                     **({"backend": "auto"} if inputs.backend in ("math", "eager") else {}))
     batch_one_over = best is not None and not best.fits
@@ -165,7 +173,8 @@ def rule_over_budget(ctx: _Context) -> list[Advice]:
             out.append(_plan_advice(
                 ctx, "reduce-batch", f"Reduce the batch to {batch:,}",
                 f"{why_over} at batch {inputs.batch:,}, but it fits at batch {batch:,}: over budget only at the "
-                "larger batch, so reduce the batch first and accumulate gradients or queue requests.",
+                "larger batch, so reduce the batch first and "
+                + ("accumulate gradients." if ctx.training else "queue the other requests."),
                 f"Batch {inputs.batch:,} → {batch:,}.", after, batch=batch))
     if ctx.training and inputs.checkpointing != "full":
         out.extend(_checkpointing(ctx, why_over))

@@ -1,6 +1,10 @@
 """The grid of n (`seq_len`) and batch the estimator is tabulated on for the budget workbook's *Tables* sheet
 (`n_grid`, `batch_grid`, `tabulate`), and the interpolation its formulas compute between grid points
-(`interpolate`: power law in n, linear in batch). Pure Python; estimator/report/xlsx.py writes the table."""
+(`interpolate`: power law in n, linear in batch), and how far that interpolation strays from the estimator between
+grid points (`midpoint_errors`). Pure Python; estimator/report/xlsx.py writes the table.
+
+Each grid row holds the budget components in the plan's order, then the allocator reserve (the step's largest
+block, which the verdict keeps free: estimator/model/budget.py `fit_verdict`)."""
 
 from __future__ import annotations
 
@@ -43,7 +47,8 @@ def effective_batch(batch: int, dp: int) -> int:
 
 
 def tabulate(inputs, plan_fn: Callable, ns: Sequence[int], bs: Sequence[int]) -> dict:
-    """Per grid point (n, batch): each budget component's bytes (by position) and whether the plan can run."""
+    """Per grid point (n, batch): each budget component's bytes (by position), then the allocator reserve, and
+    whether the plan can run."""
     width = None
     values: dict[tuple[int, int], tuple[int, ...]] = {}
     ok: dict[tuple[int, int], int] = {}
@@ -53,7 +58,7 @@ def tabulate(inputs, plan_fn: Callable, ns: Sequence[int], bs: Sequence[int]) ->
                 plan = plan_fn(dataclasses.replace(inputs, seq_len=n, batch=b))
             except ValueError:
                 continue
-            row = tuple(c.bytes for c in plan.components)
+            row = (*(c.bytes for c in plan.components), plan.allocator_reserve_bytes)
             width = width or len(row)
             if len(row) != width:
                 continue
@@ -77,6 +82,31 @@ def interpolate(table: dict, ns: Sequence[int], bs: Sequence[int], component: in
 
     a, c = at(j), at(j + 1)
     return round(a + (b - bs[j]) / (bs[j + 1] - bs[j]) * (c - a))
+
+
+def midpoint_errors(inputs, plan_fn: Callable, ns: Sequence[int], bs: Sequence[int],
+                    table: dict) -> tuple[list[int], list[int]]:
+    """How far the interpolated total + allocator reserve (what the workbook's verdict compares with the capacity)
+    is from the estimator's own, measured at the midpoint of each grid interval: per n interval (geometric
+    midpoint, at the plan's batch) and per batch interval (at the plan's n). Bytes, rounded up; an interval whose
+    midpoint cannot be planned counts its larger end's total (the most it could be off)."""
+    width = len(next(iter(table["values"].values())))
+    b0, n0 = effective_batch(inputs.batch, table["dp"]), inputs.seq_len
+
+    def error(n: int, b: int) -> int:
+        interpolated = sum(interpolate(table, ns, bs, c, n, b) for c in range(width))
+        try:
+            plan = plan_fn(dataclasses.replace(inputs, seq_len=n, batch=b))
+        except ValueError:
+            plan = None
+        if plan is None or not plan.supported or len(plan.components) + 1 != width:
+            return interpolated
+        return abs(interpolated - plan.total_bytes - plan.allocator_reserve_bytes)
+
+    n_err = [error(round(math.sqrt(lo * hi)), b0) if hi - lo > 1 else 0 for lo, hi in zip(ns, ns[1:])]
+    b_mid = [effective_batch((lo + hi) // 2, table["dp"]) for lo, hi in zip(bs, bs[1:])]
+    b_err = [error(n0, mid) if lo < mid < hi else 0 for mid, lo, hi in zip(b_mid, bs, bs[1:])]
+    return n_err, b_err
 
 
 def _match(grid: Sequence[int], x: int) -> int:

@@ -10,10 +10,17 @@ How each budget row stays live when n (`seq_len`) or `batch` is edited in Excel 
   point is a full `make_plan`, so mode, checkpointing, precision, optimizer and backend are all in it), read back
   by INDEX/MATCH and interpolated: power law in n between neighbouring grid points (quarter octaves near the
   plan's n), linear in batch (every batch 1-8 per data-parallel replica is a grid point). The plan's own n and
-  batch are grid points, so the unedited workbook reproduces the estimator exactly.
+  batch are grid points, so the unedited workbook reproduces the estimator exactly;
+- the allocator reserve (the step's largest block, which the verdict keeps free: estimator/model/budget.py
+  `fit_verdict`) is its own row, tabulated like the others, and the `fits` formula counts it, as every other
+  surface does;
+- between grid points the interpolation is not exact: the sheet states its bound, the error of total + reserve
+  measured at the midpoint of each grid interval (grid.midpoint_errors), and a verdict within that bound of the
+  capacity says so instead of guessing. Outside the tabulated range of n and batch it asks for a re-plan.
 Defined names: every input (`seq_len`, `batch`, ...), one per budget row (`row_weights`, `row_kv_cache`, ...),
-`total_bytes`, `capacity`, `headroom_bytes` and `fits` ("yes", "no", or "cannot run" where the backend asked for
-cannot run the call at that n and batch).
+`total_bytes`, `allocator_reserve_bytes`, `capacity`, `headroom_bytes`, `interpolation_bound_bytes` and `fits`
+("yes", "no", "cannot run" where the backend asked for cannot run the call at that n and batch, or a sentence
+asking for a re-plan near the limit or outside the table).
 
 The input cells and closed forms are in `estimator.report.cells`, the grid and its interpolation in
 `estimator.report.grid`; this module writes the sheets. Text cells are written with `write_string` (a model
@@ -30,7 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from estimator.report.cells import RESULT_KEYS, Named, _component_form, _env, _eval, closed_forms, input_cells, slug
-from estimator.report.grid import _complete, batch_grid, effective_batch, n_grid
+from estimator.report.grid import _complete, batch_grid, effective_batch, midpoint_errors, n_grid
 from estimator.units import GIB
 
 if TYPE_CHECKING:
@@ -64,13 +71,19 @@ def plan_xlsx(plan: Plan, sweep_rows: Iterable[dict] | None = None, advice: Sequ
     components = plan.components
     budget = wb.add_worksheet("Budget")
     tables = wb.add_worksheet("Tables")
-    slugs = _unique([slug(c.label) for c in components])
-    tabled = _tables_sheet(wb, tables, inputs, components, slugs, ns, bs, table, fmt)
+    slugs = _unique([slug(c.label) for c in components] + [RESERVE_SLUG])
+    columns = [(c.label, c.bytes) for c in components] + [(RESERVE_LABEL, plan.allocator_reserve_bytes)]
+    errors = midpoint_errors(inputs, plan_fn, ns, bs, table)
+    tabled = _tables_sheet(wb, tables, inputs, columns, slugs, ns, bs, table, fmt, errors)
     _budget_sheet(wb, budget, inputs, plan, components, slugs, forms, tabled, fmt)
     _sweep_sheet(wb, sweep_rows, fmt, forms, env)
     _advice_sheet(wb, advice, fmt)
     wb.close()
     return buffer.getvalue()
+
+
+RESERVE_LABEL = "allocator reserve (largest block kept free)"
+RESERVE_SLUG = "allocator_reserve"
 
 
 def _unique(names: list[str]) -> list[str]:
@@ -116,10 +129,12 @@ def _inputs_sheet(wb, cells: list[Named], env: dict, fmt: dict) -> None:
     ws.set_column(3, 3, 18)
 
 
-def _tables_sheet(wb, ws, inputs, components, slugs, ns, bs, table, fmt) -> dict[str, str]:
-    """The estimator's bytes per component over the (n, batch) grid, and the interpolation cells; returns, per
-    component slug, the defined name of its interpolated value at (seq_len, batch)."""
+def _tables_sheet(wb, ws, inputs, columns, slugs, ns, bs, table, fmt, errors) -> dict[str, str]:
+    """The estimator's bytes per component (and the allocator reserve) over the (n, batch) grid, the interpolation
+    cells and the interpolation's measured bound; returns, per column slug, the defined name of its interpolated
+    value at (seq_len, batch)."""
     K, J = len(ns), len(bs)
+    n_err, b_err = errors
     ws.write_string(0, 0, f"The estimator's bytes per GPU over n (rows) and batch (columns); {inputs.model.name}, "
                     f"{inputs.mode}, backend {inputs.backend}. Read by the Budget sheet's formulas.", fmt["note"])
     # lookup cells
@@ -135,6 +150,12 @@ def _tables_sheet(wb, ws, inputs, components, slugs, ns, bs, table, fmt) -> dict
         ("t_y", "position of the batch between them", "=(t_beff-t_b0)/(t_b1-t_b0)"),
         ("t_ok", "the backend can run at both neighbouring n (1) or not (0)",
          "=INDEX(t_supported, t_i, t_j)*INDEX(t_supported, t_i+1, t_j)"),
+        ("t_inside", f"n in [{ns[0]:,}, {ns[-1]:,}] and batch in [{bs[0]:,}, {bs[-1]:,}] (1), the tabulated "
+                     "range, or not (0)",
+         f"=IF(AND(seq_len>={ns[0]}, seq_len<={ns[-1]}, t_beff>={bs[0]}, t_beff<={bs[-1]}), 1, 0)"),
+        ("t_bound", "interpolation bound of total + reserve here (0 on a grid point; bytes)",
+         "=IF(OR(seq_len=t_n0, seq_len=t_n1), 0, INDEX(t_err_n, t_i))"
+         "+IF(OR(t_beff=t_b0, t_beff=t_b1), 0, INDEX(t_err_b, t_j))"),
     ]
     beff = effective_batch(inputs.batch, inputs.dp)
     i0 = ns.index(inputs.seq_len) + 1 if inputs.seq_len in ns else 1
@@ -143,7 +164,8 @@ def _tables_sheet(wb, ws, inputs, components, slugs, ns, bs, table, fmt) -> dict
     cache.update(t_n0=ns[cache["t_i"] - 1], t_n1=ns[cache["t_i"]], t_b0=bs[cache["t_j"] - 1], t_b1=bs[cache["t_j"]])
     cache["t_x"] = math.log(inputs.seq_len / cache["t_n0"]) / math.log(cache["t_n1"] / cache["t_n0"])
     cache["t_y"] = (beff - cache["t_b0"]) / (cache["t_b1"] - cache["t_b0"])
-    cache["t_ok"] = 1
+    cache["t_ok"] = cache["t_inside"] = 1
+    cache["t_bound"] = 0  # the plan's own n and batch are grid points
     row = 3
     for name, label, formula in helpers:
         ws.write_string(row, 0, label)
@@ -155,9 +177,22 @@ def _tables_sheet(wb, ws, inputs, components, slugs, ns, bs, table, fmt) -> dict
     row += 1
     ws.write_string(row, 0, "each component at (seq_len, batch)", fmt["bold"])
     row += 1
-    blocks_top = row + len(components) + 3
+    # the interpolation's bound per interval, measured at its midpoint (grid.midpoint_errors)
+    row += 1
+    ws.write_string(row, 0, "interpolation error of total + reserve at each interval's midpoint (bytes): "
+                    "per n interval at the plan's batch (t_err_n), per batch interval at the plan's n (t_err_b); "
+                    "measured against the estimator, not a proof for every point in between", fmt["note"])
+    row += 1
+    for name, values in (("t_err_n", n_err), ("t_err_b", b_err)):
+        ws.write_string(row, 0, name)
+        for k, v in enumerate(values or [0]):
+            ws.write_number(row, 1 + k, v, fmt["bytes"])
+        wb.define_name(name, f"=Tables!${_col(1)}${row + 1}:${_col(max(1, len(values)))}${row + 1}")
+        row += 1
+    row += 1
+    blocks_top = row + len(columns) + 3
     names = {}
-    for comp, sl in zip(components, slugs, strict=True):
+    for (label, value), sl in zip(columns, slugs, strict=True):
         grid = f"t_{sl}"
 
         def at(col: str, grid: str = grid) -> str:
@@ -165,8 +200,8 @@ def _tables_sheet(wb, ws, inputs, components, slugs, ns, bs, table, fmt) -> dict
             return f"IF(AND({v0}>0, {v1}>0), {v0}*EXP(t_x*LN({v1}/{v0})), {v0}+({v1}-{v0})*(seq_len-t_n0)/(t_n1-t_n0))"
 
         formula = f"=ROUND({at('t_j')}+t_y*({at('t_j+1')}-{at('t_j')}), 0)"
-        ws.write_string(row, 0, comp.label)
-        ws.write_formula(row, 1, formula, fmt["bytes"], comp.bytes)
+        ws.write_string(row, 0, label)
+        ws.write_formula(row, 1, formula, fmt["bytes"], value)
         names[sl] = f"at_{sl}"
         wb.define_name(names[sl], f"=Tables!$B${row + 1}")
         ws.write_string(row, 2, names[sl])
@@ -184,7 +219,7 @@ def _tables_sheet(wb, ws, inputs, components, slugs, ns, bs, table, fmt) -> dict
     wb.define_name("t_n", f"=Tables!$A${first + 1}:$A${first + K}")
     for c, sl in enumerate(slugs):
         left = 1 + (J + 1) * c
-        ws.write_string(top - 1, left, components[c].label, fmt["bold"])
+        ws.write_string(top - 1, left, columns[c][0], fmt["bold"])
         for k, n in enumerate(ns):
             for j, b in enumerate(bs):
                 ws.write_number(first + k, left + j, table["values"][(n, b)][c], fmt["bytes"])
@@ -214,7 +249,7 @@ def _budget_sheet(wb, bs, inputs, plan, components, slugs, forms, tabled, fmt) -
         bs.write_string(0, c, head, fmt["bold"])
     first, last = 2, 1 + len(components)  # 1-based rows of the components
     total = sum(c.bytes for c in components)
-    for i, (comp, sl) in enumerate(zip(components, slugs, strict=True), start=1):
+    for i, (comp, sl) in enumerate(zip(components, slugs[:len(components)], strict=True), start=1):
         value = comp.bytes
         form = _component_form(comp.key, value, forms)
         bs.write_string(i, 0, comp.label)
@@ -236,23 +271,33 @@ def _budget_sheet(wb, bs, inputs, plan, components, slugs, forms, tabled, fmt) -
     bs.write_formula(t, 3, f"=IF(B{t + 1}=0,0,1)", fmt["pct"], 1 if total else 0)
     bs.write_string(t, 5, "total_bytes")
     wb.define_name("total_bytes", f"=Budget!$B${t + 1}")
-    bs.write_string(t + 1, 0, "capacity")
-    bs.write_formula(t + 1, 1, "=capacity_bytes", fmt["bytes"], plan.capacity_bytes)
-    bs.write_formula(t + 1, 2, f"=B{t + 2}/2^30", fmt["gib"], plan.capacity_bytes / GIB)
-    bs.write_string(t + 1, 5, "capacity")
-    wb.define_name("capacity", f"=Budget!$B${t + 2}")
-    bs.write_string(t + 2, 0, "headroom (capacity − total)")
-    headroom = plan.capacity_bytes - total
-    bs.write_formula(t + 2, 1, f"=B{t + 2}-B{t + 1}", fmt["bytes"], headroom)
-    bs.write_formula(t + 2, 2, f"=B{t + 3}/2^30", fmt["gib"], headroom / GIB)
-    bs.write_string(t + 2, 5, "headroom_bytes")
-    wb.define_name("headroom_bytes", f"=Budget!$B${t + 3}")
-    bs.write_string(t + 3, 0, "fits")
-    verdict = "cannot run" if not plan.supported else ("yes" if total <= plan.capacity_bytes else "no")
-    bs.write_formula(t + 3, 1, f'=IF(t_ok=0,"cannot run",IF(B{t + 1}<=B{t + 2},"yes","no"))', None, verdict)
-    bs.write_string(t + 3, 5, "fits")
-    wb.define_name("fits", f"=Budget!$B${t + 4}")
-    row = t + 5
+    fit = plan.fit  # the one verdict (estimator/model/budget.py): total + allocator reserve against the capacity
+    reserve = fit.allocator_reserve_bytes
+    rows = (  # (label, formula, cached value, defined name); 0-based sheet rows t+1 ..
+        (RESERVE_LABEL, f"={tabled[RESERVE_SLUG]}", reserve, "allocator_reserve_bytes"),
+        ("capacity", "=capacity_bytes", plan.capacity_bytes, "capacity"),
+        ("headroom (capacity − total − allocator reserve)", f"=B{t + 3}-B{t + 1}-B{t + 2}", fit.headroom_bytes,
+         "headroom_bytes"),
+        ("interpolation bound here (0 on a grid point; Tables sheet)", "=t_bound", 0, "interpolation_bound_bytes"),
+    )
+    for k, (label, formula, value, name) in enumerate(rows, start=t + 1):
+        bs.write_string(k, 0, label)
+        bs.write_formula(k, 1, formula, fmt["bytes"], value)
+        bs.write_formula(k, 2, f"=B{k + 1}/2^30", fmt["gib"], value / GIB)
+        bs.write_string(k, 5, name)
+        wb.define_name(name, f"=Budget!$B${k + 1}")
+    bs.write_string(t + 1, 4, "kept free: near the limit the caching allocator runs out in fragments", fmt["note"])
+    f_row = t + 1 + len(rows)
+    bs.write_string(f_row, 0, "fits")
+    verdict = {"fits": "yes", "does not fit": "no", "cannot run": "cannot run"}[fit.status]
+    need, bound = "(total_bytes+allocator_reserve_bytes)", "interpolation_bound_bytes"
+    bs.write_formula(f_row, 1, '=IF(t_inside=0,"outside the tabulated n and batch: re-plan",IF(t_ok=0,"cannot run",'
+                     f'IF({need}+{bound}<=capacity,"yes",IF({need}-{bound}>capacity,"no",'
+                     '"within the interpolation bound of the limit: re-plan"))))', None, verdict)
+    bs.write_string(f_row, 4, "yes when total + allocator reserve <= capacity (the estimator's verdict)", fmt["note"])
+    bs.write_string(f_row, 5, "fits")
+    wb.define_name("fits", f"=Budget!$B${f_row + 1}")
+    row = f_row + 2
     bs.write_string(row, 0, "closed-form terms (live)", fmt["bold"])
     for c, head in enumerate(["bytes per GPU", "GiB", "estimator", "equation"], start=1):
         bs.write_string(row, c, head, fmt["bold"])

@@ -36,7 +36,7 @@ from estimator.advice.recipe_rules import RULES as RECIPE_RULES
 from estimator.advice.tree import ADVICE_ORDER
 from estimator.advice.window_rules import RULES as WINDOW_RULES
 from estimator.call.backends import DEFAULT_TORCH
-from estimator.call.config import KV_DTYPE_BITS
+from estimator.call.config import DTYPE_BITS, KV_DTYPE_BITS
 from estimator.units import gib
 
 if TYPE_CHECKING:
@@ -357,6 +357,17 @@ def _with_decode(advice: Advice, base: Plan, after: Plan) -> Advice:
     if base.decode_time_ms_per_token is None or after.decode_time_ms_per_token is None:
         return advice
     extra = (f" Decode {ms(base.decode_time_ms_per_token)} → {ms(after.decode_time_ms_per_token)} per token")
+    split = after.time_split.get("decode", {})
+    gpu_ms = sum(v for k, v in split.items() if k not in ("launch_overhead", "python_overhead"))
+    host_ms = split.get("launch_overhead", 0.0)
+    if ms(base.decode_time_ms_per_token) == ms(after.decode_time_ms_per_token):
+        if host_ms > gpu_ms:
+            extra += (f" (unchanged: a decode step here is host-bound, {ms(host_ms)} of kernel launches against "
+                      f"{ms(gpu_ms)} of GPU work, so reading fewer bytes does not shorten it)")
+        elif after.inputs.kv_dtype not in DTYPE_BITS:
+            extra += (f" (unchanged: transformers' quantized cache dequantizes to {after.inputs.dtype} before "
+                      "attention (cache_utils.py QuantizedLayer.update), so decode attention reads as many bytes "
+                      "as before; the gain is memory)")
     if base.max_batch is not None and after.max_batch is not None and (base.max_batch or after.max_batch):
         extra += f"; concurrent sequences that fit {base.max_batch:,} → {after.max_batch:,}"
     return dataclasses.replace(advice, expected_effect=advice.expected_effect + extra + ".")

@@ -6,7 +6,6 @@ of plans defaults to 200; AGREEMENT_PLANS=N runs fewer."""
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os

@@ -128,3 +128,59 @@ def test_plan_page_banner_and_metrics_say_the_verdict():
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["allocator reserve"] == page_gib(plan.allocator_reserve_bytes)
     assert metrics["short by"] == page_gib(plan.fit.short_by_bytes) and "headroom" not in metrics
+
+
+def test_workbook_interpolation_bound_holds_between_grid_points():
+    """Edited to n and batch between grid points, the interpolated total + reserve is within the bound the sheet
+    states of the estimator's own (grid.interpolation_bound mirrors the sheet's t_bound), and 0 on grid points."""
+    import dataclasses
+    import random
+
+    from estimator.report import grid
+
+    fn = lambda i: make_plan(i, solve=False)  # noqa: E731
+    inputs = PlanInputs(model=get_preset("llama-3-8b"), seq_len=8192, gpu="h100-sxm")
+    ns, bs, table = grid._complete(inputs, fn, grid.n_grid(inputs), grid.batch_grid(inputs))
+    width = len(next(iter(table["values"].values())))
+    assert grid.interpolation_bound(table, ns, bs, inputs.seq_len, inputs.batch) == 0
+    rng = random.Random(25)
+    bounded = 0
+    for _ in range(12):
+        n, b = rng.randint(ns[0], 8 * inputs.seq_len), rng.randint(1, 7)
+        plan = fn(dataclasses.replace(inputs, seq_len=n, batch=b))
+        interpolated = sum(grid.interpolate(table, ns, bs, c, n, b) for c in range(width))
+        bound = grid.interpolation_bound(table, ns, bs, n, b)
+        assert abs(interpolated - plan.total_bytes - plan.allocator_reserve_bytes) <= bound, (n, b)
+        bounded += bound > 0
+    assert bounded >= 6  # most random points are off the grid: the bound is real there, not a blanket 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("shutil").which("soffice") is None, reason="LibreOffice (soffice) is not installed")
+def test_workbook_recalculated_in_libreoffice_keeps_the_reserve_and_states_the_bound(tmp_path):
+    """The near-capacity workbook recalculated by LibreOffice: at the plan's n its verdict is the plan's ('no',
+    though total <= capacity); edited to an n between grid points, the bound row is the mirror's and the verdict
+    is the estimator's or asks for a re-plan, never the opposite of the estimator."""
+    import dataclasses
+
+    from estimator.report import grid
+    from estimator.report.xlsx import RESERVE_LABEL, plan_xlsx
+    from tests.test_ui_export import recalculated
+
+    plan = make_plan(near_inputs(), solve=False)
+    data = plan_xlsx(plan)
+    wb = recalculated(data, {"seq_len": plan.inputs.seq_len}, tmp_path)
+    rows = {wb["Budget"].cell(r, 1).value: wb["Budget"].cell(r, 2).value for r in range(1, wb["Budget"].max_row + 1)}
+    assert rows["fits"] == "no" and rows[RESERVE_LABEL] == plan.allocator_reserve_bytes
+    assert rows["headroom (capacity − total − allocator reserve)"] == plan.fit.headroom_bytes
+    n = 100_000  # between grid points
+    edited = make_plan(dataclasses.replace(plan.inputs, seq_len=n), solve=False)
+    (tmp_path / "e").mkdir()
+    wb = recalculated(data, {"seq_len": n}, tmp_path / "e")
+    rows = {wb["Budget"].cell(r, 1).value: wb["Budget"].cell(r, 2).value for r in range(1, wb["Budget"].max_row + 1)}
+    fn = lambda i: make_plan(i, solve=False)  # noqa: E731
+    ns, bs, table = grid._complete(plan.inputs, fn, grid.n_grid(plan.inputs), grid.batch_grid(plan.inputs))
+    bound = rows["interpolation bound here (0 on a grid point; Tables sheet)"]
+    assert bound == grid.interpolation_bound(table, ns, bs, n, plan.inputs.batch) > 0
+    assert abs(rows["total"] + rows[RESERVE_LABEL] - edited.total_bytes - edited.allocator_reserve_bytes) <= bound
+    assert rows["fits"] in (("yes" if edited.fits else "no"), "within the interpolation bound of the limit: re-plan")

@@ -1,7 +1,7 @@
 """The grid of n (`seq_len`) and batch the estimator is tabulated on for the budget workbook's *Tables* sheet
 (`n_grid`, `batch_grid`, `tabulate`), and the interpolation its formulas compute between grid points
-(`interpolate`: power law in n, linear in batch), and how far that interpolation strays from the estimator between
-grid points (`midpoint_errors`). Pure Python; estimator/report/xlsx.py writes the table.
+(`interpolate`: power law in n, linear in batch), and how far that interpolation can be from the estimator between
+grid points (`interpolation_bound`). Pure Python; estimator/report/xlsx.py writes the table.
 
 Each grid row holds the budget components in the plan's order, then the allocator reserve (the step's largest
 block, which the verdict keeps free: estimator/model/budget.py `fit_verdict`)."""
@@ -84,29 +84,19 @@ def interpolate(table: dict, ns: Sequence[int], bs: Sequence[int], component: in
     return round(a + (b - bs[j]) / (bs[j + 1] - bs[j]) * (c - a))
 
 
-def midpoint_errors(inputs, plan_fn: Callable, ns: Sequence[int], bs: Sequence[int],
-                    table: dict) -> tuple[list[int], list[int]]:
+def interpolation_bound(table: dict, ns: Sequence[int], bs: Sequence[int], n: int, b: int) -> int:
     """How far the interpolated total + allocator reserve (what the workbook's verdict compares with the capacity)
-    is from the estimator's own, measured at the midpoint of each grid interval: per n interval (geometric
-    midpoint, at the plan's batch) and per batch interval (at the plan's n). Bytes, rounded up; an interval whose
-    midpoint cannot be planned counts its larger end's total (the most it could be off)."""
-    width = len(next(iter(table["values"].values())))
-    b0, n0 = effective_batch(inputs.batch, table["dp"]), inputs.seq_len
-
-    def error(n: int, b: int) -> int:
-        interpolated = sum(interpolate(table, ns, bs, c, n, b) for c in range(width))
-        try:
-            plan = plan_fn(dataclasses.replace(inputs, seq_len=n, batch=b))
-        except ValueError:
-            plan = None
-        if plan is None or not plan.supported or len(plan.components) + 1 != width:
-            return interpolated
-        return abs(interpolated - plan.total_bytes - plan.allocator_reserve_bytes)
-
-    n_err = [error(round(math.sqrt(lo * hi)), b0) if hi - lo > 1 else 0 for lo, hi in zip(ns, ns[1:])]
-    b_mid = [effective_batch((lo + hi) // 2, table["dp"]) for lo, hi in zip(bs, bs[1:])]
-    b_err = [error(n0, mid) if lo < mid < hi else 0 for mid, lo, hi in zip(b_mid, bs, bs[1:])]
-    return n_err, b_err
+    can be from the estimator's own at (n, b): the spread of total + reserve over the neighbouring grid points
+    (0 on a grid point). Both lie within that spread when total + reserve grows with n and batch between
+    neighbouring points, as memory does (padding can make it dip slightly: estimator/model/solve.py). Mirrors the
+    Tables sheet's t_bound."""
+    i = max(0, min(_match(ns, n), len(ns) - 2))
+    b = effective_batch(b, table["dp"])
+    j = max(0, min(_match(bs, b), len(bs) - 2))
+    rows = [x for x in (ns[i], ns[i + 1]) if x == n] or [ns[i], ns[i + 1]]
+    cols = [y for y in (bs[j], bs[j + 1]) if y == b] or [bs[j], bs[j + 1]]
+    corners = [sum(table["values"][(x, y)]) for x in rows[:1] + rows[-1:] for y in cols[:1] + cols[-1:]]
+    return max(corners) - min(corners)
 
 
 def _match(grid: Sequence[int], x: int) -> int:

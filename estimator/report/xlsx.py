@@ -14,9 +14,10 @@ How each budget row stays live when n (`seq_len`) or `batch` is edited in Excel 
 - the allocator reserve (the step's largest block, which the verdict keeps free: estimator/model/budget.py
   `fit_verdict`) is its own row, tabulated like the others, and the `fits` formula counts it, as every other
   surface does;
-- between grid points the interpolation is not exact: the sheet states its bound, the error of total + reserve
-  measured at the midpoint of each grid interval (grid.midpoint_errors), and a verdict within that bound of the
-  capacity says so instead of guessing. Outside the tabulated range of n and batch it asks for a re-plan.
+- between grid points the interpolation is not exact: the sheet states its bound, the spread of total + reserve
+  over the neighbouring grid points (grid.interpolation_bound: the estimator's value lies within it while memory
+  grows with n and batch), and a verdict within that bound of the capacity says so instead of guessing. Outside
+  the tabulated range of n and batch it asks for a re-plan.
 Defined names: every input (`seq_len`, `batch`, ...), one per budget row (`row_weights`, `row_kv_cache`, ...),
 `total_bytes`, `allocator_reserve_bytes`, `capacity`, `headroom_bytes`, `interpolation_bound_bytes` and `fits`
 ("yes", "no", "cannot run" where the backend asked for cannot run the call at that n and batch, or a sentence
@@ -37,7 +38,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from estimator.report.cells import RESULT_KEYS, Named, _component_form, _env, _eval, closed_forms, input_cells, slug
-from estimator.report.grid import _complete, batch_grid, effective_batch, midpoint_errors, n_grid
+from estimator.report.grid import _complete, batch_grid, effective_batch, n_grid
 from estimator.units import GIB
 
 if TYPE_CHECKING:
@@ -73,8 +74,7 @@ def plan_xlsx(plan: Plan, sweep_rows: Iterable[dict] | None = None, advice: Sequ
     tables = wb.add_worksheet("Tables")
     slugs = _unique([slug(c.label) for c in components] + [RESERVE_SLUG])
     columns = [(c.label, c.bytes) for c in components] + [(RESERVE_LABEL, plan.allocator_reserve_bytes)]
-    errors = midpoint_errors(inputs, plan_fn, ns, bs, table)
-    tabled = _tables_sheet(wb, tables, inputs, columns, slugs, ns, bs, table, fmt, errors)
+    tabled = _tables_sheet(wb, tables, inputs, columns, slugs, ns, bs, table, fmt)
     _budget_sheet(wb, budget, inputs, plan, components, slugs, forms, tabled, fmt)
     _sweep_sheet(wb, sweep_rows, fmt, forms, env)
     _advice_sheet(wb, advice, fmt)
@@ -82,6 +82,7 @@ def plan_xlsx(plan: Plan, sweep_rows: Iterable[dict] | None = None, advice: Sequ
     return buffer.getvalue()
 
 
+_CORNERS = ", ".join(f"INDEX(t_need, {i}, {j})" for i in ("t_ilo", "t_ihi") for j in ("t_jlo", "t_jhi"))
 RESERVE_LABEL = "allocator reserve (largest block kept free)"
 RESERVE_SLUG = "allocator_reserve"
 
@@ -129,12 +130,11 @@ def _inputs_sheet(wb, cells: list[Named], env: dict, fmt: dict) -> None:
     ws.set_column(3, 3, 18)
 
 
-def _tables_sheet(wb, ws, inputs, columns, slugs, ns, bs, table, fmt, errors) -> dict[str, str]:
+def _tables_sheet(wb, ws, inputs, columns, slugs, ns, bs, table, fmt) -> dict[str, str]:
     """The estimator's bytes per component (and the allocator reserve) over the (n, batch) grid, the interpolation
-    cells and the interpolation's measured bound; returns, per column slug, the defined name of its interpolated
-    value at (seq_len, batch)."""
+    cells and the interpolation's bound; returns, per column slug, the defined name of its interpolated value at
+    (seq_len, batch)."""
     K, J = len(ns), len(bs)
-    n_err, b_err = errors
     ws.write_string(0, 0, f"The estimator's bytes per GPU over n (rows) and batch (columns); {inputs.model.name}, "
                     f"{inputs.mode}, backend {inputs.backend}. Read by the Budget sheet's formulas.", fmt["note"])
     # lookup cells
@@ -153,9 +153,12 @@ def _tables_sheet(wb, ws, inputs, columns, slugs, ns, bs, table, fmt, errors) ->
         ("t_inside", f"n in [{ns[0]:,}, {ns[-1]:,}] and batch in [{bs[0]:,}, {bs[-1]:,}] (1), the tabulated "
                      "range, or not (0)",
          f"=IF(AND(seq_len>={ns[0]}, seq_len<={ns[-1]}, t_beff>={bs[0]}, t_beff<={bs[-1]}), 1, 0)"),
-        ("t_bound", "interpolation bound of total + reserve here (0 on a grid point; bytes)",
-         "=IF(OR(seq_len=t_n0, seq_len=t_n1), 0, INDEX(t_err_n, t_i))"
-         "+IF(OR(t_beff=t_b0, t_beff=t_b1), 0, INDEX(t_err_b, t_j))"),
+        ("t_ilo", "n rows the bound spans: first", "=IF(seq_len=t_n1, t_i+1, t_i)"),
+        ("t_ihi", "n rows the bound spans: last", "=IF(seq_len=t_n0, t_i, t_i+1)"),
+        ("t_jlo", "batch columns the bound spans: first", "=IF(t_beff=t_b1, t_j+1, t_j)"),
+        ("t_jhi", "batch columns the bound spans: last", "=IF(t_beff=t_b0, t_j, t_j+1)"),
+        ("t_bound", "interpolation bound of total + reserve here: their spread over the neighbouring grid points "
+                    "(0 on a grid point; bytes)", f"=MAX({_CORNERS})-MIN({_CORNERS})"),
     ]
     beff = effective_batch(inputs.batch, inputs.dp)
     i0 = ns.index(inputs.seq_len) + 1 if inputs.seq_len in ns else 1
@@ -165,6 +168,9 @@ def _tables_sheet(wb, ws, inputs, columns, slugs, ns, bs, table, fmt, errors) ->
     cache["t_x"] = math.log(inputs.seq_len / cache["t_n0"]) / math.log(cache["t_n1"] / cache["t_n0"])
     cache["t_y"] = (beff - cache["t_b0"]) / (cache["t_b1"] - cache["t_b0"])
     cache["t_ok"] = cache["t_inside"] = 1
+    n_at, b_at = inputs.seq_len, beff
+    cache.update(t_ilo=cache["t_i"] + (n_at == cache["t_n1"]), t_ihi=cache["t_i"] + (n_at != cache["t_n0"]),
+                 t_jlo=cache["t_j"] + (b_at == cache["t_b1"]), t_jhi=cache["t_j"] + (b_at != cache["t_b0"]))
     cache["t_bound"] = 0  # the plan's own n and batch are grid points
     row = 3
     for name, label, formula in helpers:
@@ -177,18 +183,11 @@ def _tables_sheet(wb, ws, inputs, columns, slugs, ns, bs, table, fmt, errors) ->
     row += 1
     ws.write_string(row, 0, "each component at (seq_len, batch)", fmt["bold"])
     row += 1
-    # the interpolation's bound per interval, measured at its midpoint (grid.midpoint_errors)
     row += 1
-    ws.write_string(row, 0, "interpolation error of total + reserve at each interval's midpoint (bytes): "
-                    "per n interval at the plan's batch (t_err_n), per batch interval at the plan's n (t_err_b); "
-                    "measured against the estimator, not a proof for every point in between", fmt["note"])
-    row += 1
-    for name, values in (("t_err_n", n_err), ("t_err_b", b_err)):
-        ws.write_string(row, 0, name)
-        for k, v in enumerate(values or [0]):
-            ws.write_number(row, 1 + k, v, fmt["bytes"])
-        wb.define_name(name, f"=Tables!${_col(1)}${row + 1}:${_col(max(1, len(values)))}${row + 1}")
-        row += 1
+    ws.write_string(row, 0, "Between grid points the rows are interpolated; the estimator's total + reserve lies "
+                    "between the smallest and largest of the neighbouring grid points' (t_need) while memory grows "
+                    "with n and batch, as it does (padding can make it dip slightly), so t_bound bounds the "
+                    "interpolation's error and the verdict says 're-plan' within it of the capacity.", fmt["note"])
     row += 1
     blocks_top = row + len(columns) + 3
     names = {}
@@ -230,6 +229,12 @@ def _tables_sheet(wb, ws, inputs, columns, slugs, ns, bs, table, fmt, errors) ->
         for j, b in enumerate(bs):
             ws.write_number(first + k, left + j, table["ok"][(n, b)])
     wb.define_name("t_supported", f"=Tables!${col_letter(left)}${first + 1}:${col_letter(left + J - 1)}${first + K}")
+    left += J + 1
+    ws.write_string(top - 1, left, "total + allocator reserve (what the verdict compares)", fmt["bold"])
+    for k, n in enumerate(ns):
+        for j, b in enumerate(bs):
+            ws.write_number(first + k, left + j, sum(table["values"][(n, b)]), fmt["bytes"])
+    wb.define_name("t_need", f"=Tables!${col_letter(left)}${first + 1}:${col_letter(left + J - 1)}${first + K}")
     ws.set_column(0, 0, 44)
     return names
 

@@ -8,6 +8,7 @@ import streamlit as st
 
 from estimator.hardware import get_gpu
 from estimator.model.presets import PRESETS
+from estimator.report.explain import communication_lines, zero_lines
 from estimator.units import gib
 from ui import cached, export, figures, forms, state, sweeps, uploads
 from ui.text import duration, human, md, one_line
@@ -167,6 +168,16 @@ if budget_tab.open:
             t3.metric("decode FLOPs per token", "—" if plan.decode_flops_per_token is None
                       else f"{plan.decode_flops_per_token:.3e}")
             t4.metric("decode time per token", duration(plan.decode_time_ms_per_token))
+        comm_lines = communication_lines(plan)
+        if comm_lines:
+            st.subheader("Communication")
+            st.markdown("Exposed per GPU, what overlap leaves on the critical path:\n"
+                        + "\n".join(f"- {md(line)}" for line in comm_lines))
+        zero = zero_lines(plan, cached.budget)
+        if zero:
+            st.subheader("ZeRO stages")
+            st.markdown(f"Each stage re-planned over the {inputs.dp} data-parallel replicas:\n"
+                        + "\n".join(f"- {md(line)}" for line in zero))
         with st.expander("Assumptions behind these numbers"):
             st.markdown("\n".join(f"- {md(a)}" for a in plan.assumptions) or "none listed")
             st.json(plan.echoed_inputs(), expanded=False)

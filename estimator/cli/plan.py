@@ -250,6 +250,17 @@ def format_table(plan: Plan, result: dict) -> str:
                          "(a cuDNN graph built per new cache length)")
     lines.append(f"  time shares: attention {plan.attention_share:.0%}, FFN {plan.ffn_share:.0%}, "
                  f"embedding/logits {plan.embedding_share:.0%}, other {plan.other_share:.0%}")
+    from estimator.model.budget import budget
+    from estimator.report.explain import communication_lines, zero_lines
+
+    comm = communication_lines(plan)
+    if comm:
+        lines += ["", "communication per GPU (exposed: what overlap leaves on the critical path)"]
+        lines += [f"  {line}" for line in comm]
+    zero = zero_lines(plan, budget)
+    if zero:
+        lines += ["", f"ZeRO stages over the {inp.dp} data-parallel replicas (each re-planned)"]
+        lines += [f"  {line}" for line in zero]
     lines += ["", f"largest seq_len at batch {inp.batch}: {plan.max_seq_len:,}; "
               f"largest batch at seq_len {inp.seq_len:,}: {plan.max_batch:,}"]
     for choice in result.get("gpu_choices", [])[:5]:

@@ -1,18 +1,23 @@
-"""`python -m validation run | grid | report`: argument parsing and one-line errors, nothing else.
+"""`python -m validation run | grid | report | model | calibrate`: argument parsing and one-line errors, nothing
+else.
 
-run    measure a predict-style CSV on the local GPU (or the CPU) beside the estimator's predictions
-grid   write a predict-style case list (nsweep, matrix, random, calibration, cpu, sweep)
-report summarise a run's output: error tables, worst cases, the doubling check, kernel counts
-model  under torchrun: a HF model sharded over the processes (tp, cp, ZeRO-3), one row per rank beside the plan
+run        measure a predict-style CSV on the local GPU (or the CPU) beside the estimator's predictions
+grid       write a predict-style case list (nsweep, matrix, random, calibration, cpu, sweep)
+report     summarise a run's output: error tables, worst cases, the doubling check, kernel counts
+model      under torchrun: a HF model sharded over the processes (tp, cp, ZeRO-3), one row per rank beside the plan
+calibrate  measure GEMMs, memory-bound kernels, the launch floor, SDPA and optimizers on this machine, to a JSON
+           file for `python -m estimator plan --calibration`
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 
 from estimator.hardware import get_gpu, gpu_from_device_name
+from validation.native_stderr import filtered_stderr
 
 
 def modelled_torch(version: str) -> str | None:
@@ -170,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     args.argv = argv
     try:
-        return args.func(args)
+        with filtered_stderr() if args.command == "run" else contextlib.nullcontext():  # no Kineto start/stop lines
+            return args.func(args)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -28,7 +28,7 @@ values = forms.read_values(PREFIX, state.CALL_DEFAULTS)
 
 try:
     gpu = get_gpu(values["gpu"])
-    call = AttentionCall(**{k: v for k, v in values.items() if k != "gpu"})
+    call = AttentionCall(**state.call_kwargs(values))  # the mask kind and its size as one mask (window:W)
 except ValueError as exc:
     st.error(md(f"Cannot estimate this call: {one_line(exc)}"))
     st.stop()

@@ -37,6 +37,7 @@ from estimator.advice.tree import ADVICE_ORDER
 from estimator.advice.window_rules import RULES as WINDOW_RULES
 from estimator.call.backends import DEFAULT_TORCH
 from estimator.call.config import DTYPE_BITS, KV_DTYPE_BITS
+from estimator.report.explain import decode_split_ms
 from estimator.units import gib
 
 if TYPE_CHECKING:
@@ -357,9 +358,7 @@ def _with_decode(advice: Advice, base: Plan, after: Plan) -> Advice:
     if base.decode_time_ms_per_token is None or after.decode_time_ms_per_token is None:
         return advice
     extra = (f" Decode {ms(base.decode_time_ms_per_token)} → {ms(after.decode_time_ms_per_token)} per token")
-    split = after.time_split.get("decode", {})
-    gpu_ms = sum(v for k, v in split.items() if k not in ("launch_overhead", "python_overhead"))
-    host_ms = split.get("launch_overhead", 0.0)
+    host_ms, gpu_ms = decode_split_ms(after)
     if ms(base.decode_time_ms_per_token) == ms(after.decode_time_ms_per_token):
         if host_ms > gpu_ms:
             extra += (f" (unchanged: a decode step here is host-bound, {ms(host_ms)} of kernel launches against "

@@ -13,6 +13,26 @@ from estimator.units import gib
 if TYPE_CHECKING:
     from estimator.model.budget import Plan
 
+def decode_split_ms(plan: Plan) -> tuple[float, float]:
+    """(host ms, GPU ms) of one decode step (estimator/model/step_time.py: a step costs max(GPU, kernels × the
+    host's per-launch time) + Python); host > GPU means the step is host-bound. (0, 0) without a decode."""
+    split = plan.time_split.get("decode", {})
+    gpu_ms = sum(v for k, v in split.items() if k not in ("launch_overhead", "python_overhead"))
+    return float(split.get("launch_overhead", 0.0)), float(gpu_ms)
+
+
+def host_bound_decode_note(plan: Plan) -> str:
+    """A sentence when the plan's decode step is host-bound, else ''."""
+    from estimator.model.step_time import DECODE_KERNEL_HOST_MS
+
+    host_ms, gpu_ms = decode_split_ms(plan)
+    if host_ms <= gpu_ms:
+        return ""
+    return (f"Decode is host-bound here: a step launches its kernels at about {DECODE_KERNEL_HOST_MS * 1e3:.0f} µs "
+            f"each ({host_ms:,.2f} ms of launches against {gpu_ms:,.2f} ms of GPU work), so it barely moves with n "
+            "or with the bytes the cache holds.")
+
+
 KIND_NAMES = {"tp": "tensor parallel", "cp": "context parallel", "dp": "data parallel"}
 
 

@@ -52,7 +52,13 @@ def show_advice(items) -> None:
 
 
 st.title("Plan a model")
-top = st.container()  # verdict, warnings and headline numbers: above the form, visible without scrolling
+top = st.container()  # warnings and errors, then the verdict and headline numbers: above the form
+verdict_box = st.container(key="plan_verdict")  # sticky (VERDICT_CSS): still in view after scrolling to Plan
+heads = st.container()
+# The verdict stays at the top of the view while the page scrolls (the form's Plan button is below the fold at
+# 1280x720, and a re-run keeps the scroll position). Static CSS, no user text.
+st.html("<style>div:has(> .st-key-plan_verdict){position:sticky;top:3.75rem;z-index:990;"
+        "background-color:var(--background-color, #fff);}</style>")  # the keyed block's wrapper is the flex item
 
 presets = list(PRESETS)
 url_values, url_errors = state.values_from_query(st.query_params, presets=tuple(presets))
@@ -117,14 +123,13 @@ if not plan.supported:
 # --- verdict -------------------------------------------------------------------------------------------------
 fit = plan.fit  # the one verdict: the CLI table, the JSON, the advice and the workbook say the same
 where = gpu.label + (f" (× {inputs.gpus}: tp {inputs.tp}, cp {inputs.cp}, dp {inputs.dp})" if inputs.gpus > 1 else "")
-with top:
-    verdict_col, notes_col = st.columns([3, 2]) if notes else (st.container(), None)
-    runs = f" Attention backend: {plan.selected_backend}."
-    sentence = fit.text(gib_text)
-    (verdict_col.success if fit.fits else verdict_col.error)(
-        md(f"{sentence[0].upper()}{sentence[1:]} (the {where}).{runs}"))
+runs = f" Attention backend: {plan.selected_backend}."
+sentence = fit.text(gib_text)
+banner = verdict_box.success if fit.fits else verdict_box.error
+banner(md(f"{sentence[0].upper()}{sentence[1:]} (the {where}).{runs}"))
+with heads:
     for note in notes:
-        notes_col.warning(md(note.removeprefix("Note: ")))
+        st.warning(md(note.removeprefix("Note: ")))
     c1, c2, c3, c4, c5 = st.columns(5)
     c1.metric("total per GPU", gib_text(fit.total_bytes))
     c2.metric("allocator reserve", gib_text(fit.allocator_reserve_bytes),

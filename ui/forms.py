@@ -45,7 +45,12 @@ def _int(label: str, key: str, help: str | None = None) -> None:
 
 def gpu_select(key: str) -> None:
     names = list(CATALOG)
-    st.selectbox("GPU", names, key=key, format_func=lambda n: f"{n} — {CATALOG[n].label}")
+    # the catalog name alone fits the select at 1280x720 ('h200 - NVIDIA H200 SX' was cut off); the full name
+    # and memory of the GPU chosen are in the caption under it
+    st.selectbox("GPU", names, key=key, help="the GPU catalog (estimator/hardware.py)")
+    chosen = st.session_state.get(key)
+    if chosen in CATALOG:
+        st.caption(f"{CATALOG[chosen].label}, {CATALOG[chosen].memory_bytes / 2**30:,.1f} GiB")
 
 
 def call_form(prefix: str = "call_") -> bool:

@@ -26,7 +26,7 @@ import argparse
 import csv
 import sys
 
-from validation.protocol import cpu_peak_bytes
+from validation.call.protocol import cpu_peak_bytes
 
 CASES = [  # name, batch, seq_len, hidden, q_heads, kv_heads, head_dim, ffn
     ("gqa-small", 2, 128, 256, 8, 2, 32, 688),

@@ -1,4 +1,4 @@
-"""Measure the two efficiencies the plan's roofline assumes (estimator/plan.py GEMM_EFFICIENCY, HBM_EFFICIENCY)
+"""Measure the two efficiencies the plan's roofline assumes (estimator/model/time.py GEMM_EFFICIENCY, HBM_EFFICIENCY)
 on the local GPU, at the GEMM shapes of a preset's layers.
 
     python -m bench.bench_plan_gemm --preset llama-3-8b --gpu h200 --out bench_plan_gemm.csv

@@ -23,7 +23,7 @@ import sys
 from estimator.model.budget import budget
 from estimator.model.inputs import PlanInputs
 from estimator.model.specs import ModelSpec
-from validation.protocol import cpu_peak_bytes
+from validation.call.protocol import cpu_peak_bytes
 
 CASES = [  # name, layers, batch, seq_len, hidden, q_heads, kv_heads, head_dim, ffn, vocab, backend
     ("ffn-bound", 4, 2, 128, 512, 8, 2, 64, 2048, 1000, "auto"),

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from estimator.cli.predict import main as predict_main
-from validation.grid import random_sample, write_csv
+from validation.call.grid import random_sample, write_csv
 
 
 def timed(fn) -> float:

@@ -25,7 +25,7 @@ import pandas as pd
 from estimator.call import attention
 from estimator.call.table import calls_from_frame, predict_frame
 from estimator.hardware import get_gpu
-from validation.grid import case, random_sample, write_csv
+from validation.call.grid import case, random_sample, write_csv
 
 
 def predict_rss(src: Path, out: Path) -> tuple[float, float]:

@@ -16,9 +16,9 @@ import time
 
 
 def run_overhead_s(cases: int) -> dict:
-    from validation.grid import case, number
-    from validation.runner import RunOptions
-    from validation.sweep import sweep
+    from validation.call.grid import case, number
+    from validation.call.runner import RunOptions
+    from validation.call.sweep import sweep
     rows = number([case("math", "float32", batch=1, q_heads=1, head_dim=16, q_len=32) for _ in range(cases)], "b")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "o.csv")
@@ -32,7 +32,7 @@ def run_overhead_s(cases: int) -> dict:
 def report_s(n_rows: int) -> dict:
     import pandas as pd
 
-    from validation.report import build_report, prepare
+    from validation.call.report import build_report, prepare
     rng = random.Random(0)
     backends = ("auto", "math", "flash", "efficient", "cudnn", "eager")
     records = []

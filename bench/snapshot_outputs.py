@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--parts", default="predict,plan,advise,report", help="comma-separated subset to write")
     args = ap.parse_args(argv)
     from estimator.model.presets import PRESETS
 
@@ -56,9 +57,12 @@ def main(argv: list[str] | None = None) -> int:
         (out / sub).mkdir(parents=True, exist_ok=True)
 
     call_sets = sorted(p for p in (ROOT / "validation/data").glob("h200_*.csv") if "_hf_" not in p.name)
-    call_sets = [p for p in call_sets if "seq_len" in p.read_text().split("\n", 1)[0]]
+    call_sets = [p for p in call_sets if "q_len" in p.read_text().split("\n", 1)[0].split(",")]
+    parts = set(args.parts.split(","))
     if args.quick:
         call_sets = call_sets[:1]
+    if "predict" not in parts:
+        call_sets = []
     for path in call_sets:
         dest = out / "predict" / path.name
         text = _run(["predict", str(path.relative_to(ROOT)), "-o", str(dest), "--gpu", "h200"])
@@ -66,8 +70,10 @@ def main(argv: list[str] | None = None) -> int:
             (out / "predict" / f"{path.stem}.stdout").write_text(text)
 
     presets = list(PRESETS)[:4] if args.quick else list(PRESETS)
+    if not parts & {"plan", "advise"}:
+        presets = []
     models = [("preset", p) for p in presets]
-    if not args.quick:
+    if not args.quick and parts & {"plan", "advise"}:
         models += [("config", str(p.relative_to(ROOT))) for p in sorted((ROOT / "tests/data").glob("*.config.json"))]
     for kind, name in models:
         label = name if kind == "preset" else Path(name).name.removesuffix(".config.json") + "-cfg"
@@ -89,10 +95,10 @@ def main(argv: list[str] | None = None) -> int:
                 text = _run(["advise", *model, *extra, "--json"])
                 (out / "advise" / f"{label}-{scenario}.json").write_text(text)
 
-    if not args.quick:
+    if not args.quick and "report" in parts:
         for path in sorted((ROOT / "validation/data").glob("h200_hf_*.csv")):
-            res = subprocess.run([sys.executable, "-m", "validation.model_report", str(path.relative_to(ROOT))], cwd=ROOT,
-                                 capture_output=True, text=True, timeout=600)
+            cmd = [sys.executable, "-m", "validation.model_report", str(path.relative_to(ROOT))]
+            res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
             (out / "report" / f"{path.stem}.txt").write_text(res.stdout + (f"\n[exit {res.returncode}]"
                                                                            if res.returncode else ""))
     print(f"wrote {sum(1 for _ in out.rglob('*') if _.is_file())} files under {out}")

@@ -5,7 +5,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
+import sys
 from pathlib import Path
 
 from estimator.units import MIB
@@ -19,18 +22,33 @@ _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 
 
 def read_bytes_limited(path, max_bytes: int, source: str) -> bytes:
-    """The file's bytes; ValueError when it is missing, unreadable, a folder, or larger than max_bytes
-    (read at most max_bytes + 1 bytes, so an endless file stops there)."""
+    """The file's bytes; ValueError when it is missing, unreadable, a folder, not a regular file (a named pipe
+    would block the reader for good, a device such as /dev/zero never ends), or larger than max_bytes. The file
+    is opened without blocking and checked with fstat before a byte is read; at most max_bytes + 1 bytes are
+    read."""
     path = Path(path)
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(max_bytes + 1)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise ValueError(f"{source}: file not found: {path}") from None
     except IsADirectoryError:
         raise ValueError(f"{source}: {path} is a folder, not a file") from None
     except OSError as exc:
         raise ValueError(f"{source}: cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise ValueError(f"{source}: {path} is a folder, not a file")
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"{source}: {path} is not a regular file (a pipe, device or socket); give a file")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        with open(fd, "rb", closefd=False) as fh:
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise ValueError(f"{source}: cannot read {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
     if len(data) > max_bytes:
         raise ValueError(f"{source}: {path} is larger than {max_bytes:,} bytes; not a {source} file")
     return data
@@ -64,6 +82,9 @@ def parse_json_limited(text: str, source: str, max_depth: int = MAX_JSON_DEPTH):
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{source} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except ValueError:  # an integer past Python's int_max_str_digits (4,300 digits by default)
+        raise ValueError(f"{source}: holds an integer too long to be a number ({sys.get_int_max_str_digits():,} "
+                         "digits at most)") from None
     except RecursionError:  # pragma: no cover - the depth check comes first
         raise ValueError(f"{source}: JSON nested too deeply") from None
 

@@ -1,4 +1,5 @@
-"""Byte units and the one bytes -> GiB text formatter (GiB = 2**30, MiB = 2**20), beneath every other module."""
+"""Byte units, the one bytes -> GiB text formatter (GiB = 2**30, MiB = 2**20) and integer rounding (`cdiv`,
+`round_up`, elementwise on numpy columns too), beneath every other module."""
 
 from __future__ import annotations
 
@@ -16,3 +17,13 @@ def gib(n_bytes: int | float | None, *, missing: str = "n/a", mib_below_1gib: bo
     if mib_below_1gib and abs(n_bytes) < GIB:
         return f"{n_bytes / MIB:{comma}.1f} MiB"
     return f"{n_bytes / GIB:{comma}.2f} GiB"
+
+
+def round_up(x, multiple):
+    """Smallest multiple of `multiple` that is >= x (elementwise)."""
+    return (x + multiple - 1) // multiple * multiple
+
+
+def cdiv(a, b):
+    """ceil(a / b) for positive integers (elementwise)."""
+    return (a + b - 1) // b

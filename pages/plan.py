@@ -8,9 +8,10 @@ import streamlit as st
 
 from estimator.hardware import get_gpu
 from estimator.model.presets import PRESETS
+from estimator.model.vision_presets import VISION_PRESETS
 from estimator.report.explain import communication_lines, zero_lines
 from estimator.units import gib
-from ui import cached, export, figures, forms, state, sweeps, uploads
+from ui import cached, export, figures, forms, state, sweeps, uploads, vision_view
 from ui.text import duration, human, md, one_line
 from ui.tree_graph import tree_dot
 
@@ -60,7 +61,7 @@ heads = st.container()
 st.html("<style>div:has(> .st-key-plan_verdict){position:sticky;top:3.75rem;z-index:990;"
         "background-color:var(--background-color, #fff);}</style>")  # the keyed block's wrapper is the flex item
 
-presets = list(PRESETS)
+presets = [*PRESETS, *VISION_PRESETS]
 url_values, url_errors = state.values_from_query(st.query_params, presets=tuple(presets))
 for message in url_errors:
     top.warning(md(message))
@@ -75,6 +76,20 @@ with pick[1]:
 submitted, uploaded = forms.plan_form(PREFIX, presets, source)
 values = forms.read_values(PREFIX, state.PLAN_DEFAULTS)
 
+# --- images: a Swin or vision-language model is planned tower by tower (tokens per modality first) -------------
+try:
+    image_model = vision_view.image_model(values, uploaded)
+    if image_model is not None:
+        state.check_form_values({k: v for k, v in values.items() if k not in state.ARCH_FIELDS})
+        vision_view.render(top, image_model, values)
+except ValueError as exc:
+    top.error(md(f"Cannot plan this: {one_line(exc)}"))
+    st.stop()
+if image_model is not None:
+    st.query_params.from_dict(state.query_from_values(values))
+    forms.save_values(PREFIX, {k: v for k, v in values.items() if k in state.PLAN_DEFAULTS})
+    st.stop()
+
 config_spec = None
 try:
     if source == "hf-config":
@@ -85,6 +100,13 @@ try:
         values.update(state.arch_values(config_spec))
     state.check_form_values(values)
     inputs = state.plan_inputs(values, config_spec)
+    vit_n = vision_view.vit_tokens(values, inputs.model)  # a ViT at an image size: n comes from the image
+    if vit_n is not None:
+        from dataclasses import replace as _replace
+
+        inputs = _replace(inputs, seq_len=vit_n, batch=inputs.batch * max(1, int(values.get("images", 1))))
+        top.caption(md(f"tokens: vision encoder {vit_n:,} per image ({values['image_size']} px, patch "
+                       f"{inputs.model.patch_size}: (H//p)·(W//p) + 1 class token)"))
     plan = cached.budget(inputs)  # the solvers (largest n and batch) run last, below
 except ValueError as exc:
     top.error(md(f"Cannot plan this: {one_line(exc)}"))
@@ -113,7 +135,7 @@ if not plan.supported:
             st.info(md(f"Fix ({item.id}): {human(item.title)}. {human(item.expected_effect)}"))
         if advisor_error:
             st.error(md(advisor_error))
-    from estimator.model.inputs import attention_call
+    from estimator.model.layer_attention import attention_call
 
     st.subheader("Which backends can run this call")
     st.table(sweeps.backend_text(sweeps.backend_table(attention_call(inputs), gpu, torch_version=inputs.torch_version,
@@ -152,7 +174,7 @@ if budget_tab.open:
                    f"chosen backend materialises: {gib_text(plan.attention_scores_bytes)}. KV cache per token: "
                    f"{plan.kv_cache_bytes_per_token:,} bytes.")
         st.subheader("Attention backend")
-        from estimator.model.inputs import attention_call  # the layer's call, as the advisor prices it
+        from estimator.model.layer_attention import attention_call  # the layer's call, as the advisor prices it
 
         call = attention_call(inputs)
         backends = sweeps.backend_table(call, gpu, torch_version=inputs.torch_version, estimate=cached.estimate)

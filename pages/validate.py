@@ -7,7 +7,7 @@ import threading
 import pandas as pd
 import streamlit as st
 
-from estimator.call.config import BACKENDS
+from estimator.call.registry import BACKENDS
 from estimator.hardware import CATALOG, get_gpu
 from estimator.units import GIB
 from ui import cached, figures, gpu, state, uploads

@@ -22,7 +22,7 @@ from estimator.call.backends import DEFAULT_TORCH
 from estimator.call.config import DTYPE_BITS, KV_DTYPE_BITS
 from estimator.hardware import get_gpu
 from estimator.model.budget import Component, Plan
-from estimator.model.inputs import attention_call
+from estimator.model.layer_attention import attention_call
 from estimator.model.plan import make_plan
 
 settings.register_profile("ci", max_examples=40, deadline=None)
@@ -78,7 +78,7 @@ def fake_estimate(call, gpu, torch_version=DEFAULT_TORCH):
 
 def fake_make_plan(inputs, solve=True):
     """A `Plan` of weights, KV cache, activations and the attention peak of one layer, on the fake estimator."""
-    from estimator.model.inputs import attention_call
+    from estimator.model.layer_attention import attention_call
 
     gpu, m = get_gpu(inputs.gpu), inputs.model
     es = DTYPE_BITS[inputs.dtype] // 8

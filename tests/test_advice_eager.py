@@ -1,4 +1,4 @@
-"""The advisor's in-place masked_fill_ replay against the estimator's eager timeline (estimator/memory.py)."""
+"""The advisor's in-place masked_fill_ replay against the estimator's eager timeline (estimator/call/memory.py)."""
 
 import itertools
 

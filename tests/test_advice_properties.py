@@ -1,6 +1,7 @@
 """Properties of the advisor on the real estimator, over random plans: it never crashes on a valid plan, its ids
 are unique and in the decision tree's order, and each effect is the estimator re-run with the change."""
 
+import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +27,7 @@ plans = st.builds(
 
 
 # no shrinking: one advise() re-runs the estimator dozens of times, and a failing example prints in full anyway
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow],
           phases=(Phase.explicit, Phase.reuse, Phase.generate))
 @given(plans)

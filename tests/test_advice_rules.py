@@ -1,4 +1,4 @@
-"""Each advisor rule on small fakes of the plan and the estimator (tests/test_advice_fakes.py): a scenario that
+"""Each advisor rule on small fakes of the plan and the estimator (tests/conftest.py): a scenario that
 triggers it, one that must not, and effect numbers equal to re-running the (fake) estimator with the change."""
 
 from dataclasses import fields, replace
@@ -8,7 +8,7 @@ import pytest
 from estimator.advice.plan_rules import Advice, advise, eager_forward_peak_bytes
 from estimator.advice.tree import ADVICE_ORDER
 from estimator.hardware import get_gpu
-from estimator.model.inputs import attention_call
+from estimator.model.layer_attention import attention_call
 from estimator.units import gib
 from tests.conftest import fake_estimate, fake_inputs, fake_make_plan
 

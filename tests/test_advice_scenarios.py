@@ -1,4 +1,4 @@
-"""The advisor end to end on the real estimator (estimator/plan.py + estimator/attention.py): the issue's
+"""The advisor end to end on the real estimator (estimator/model/plan.py + estimator/call/attention.py): the issue's
 scenarios get the right ids in a sensible order, and every effect equals the estimator re-run with the change."""
 
 from dataclasses import replace

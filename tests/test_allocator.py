@@ -1,4 +1,4 @@
-"""The caching-allocator replay (estimator/allocator.py): c10's split, segment and release rules, and the
+"""The caching-allocator replay (estimator/call/allocator.py): c10's split, segment and release rules, and the
 measured H200 boundary it exists for."""
 
 from __future__ import annotations

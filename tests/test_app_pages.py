@@ -332,7 +332,7 @@ def test_validate_gpu_jobs_off_off_localhost_and_over_budget(monkeypatch):
 
 def test_validate_cancel_stops_between_repetitions_and_releases_the_lock(monkeypatch):
     import ui.gpu
-    from estimator.model.inputs import attention_call
+    from estimator.model.layer_attention import attention_call
     seen = []
     monkeypatch.setattr(ui.gpu, "measure", lambda call: seen.append(call) or {"status": "ok",
                         "measured_peak_extra_bytes": 1, "measured_time_ms": 1.0})
@@ -379,6 +379,7 @@ def test_tree_page_renders_the_tree():
     assert "#FFE08A" in at.get("graphviz_chart")[0].proto.spec  # the default plan's path is highlighted
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 def test_validate_displays_a_real_cpu_validation_run(tmp_path, monkeypatch):
     """`python -m validation run` on the CPU (eager with GQA, and math), its CSV uploaded to the page."""
     import subprocess

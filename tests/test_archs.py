@@ -16,7 +16,7 @@ from estimator.model.time import ffn_matmul_params
 
 ARCHS = Path(__file__).resolve().parents[1] / "validation" / "data" / "h200_hf_archs.csv"
 # rows modelled here (prefill and training of MoE, MLA and gpt-oss; gemma-3 and phi-3 training), within
-# max(3%, 2 MiB) of the measured peak; the others are reported by validation.model_report
+# max(3%, 2 MiB) of the measured peak; the others are reported by validation.model.model_report
 WITHIN = {("mixtral-8x7b", m) for m in ("prefill", "train")} | {("qwen3-30b-a3b", m) for m in ("prefill", "train")} \
     | {("deepseek-v2-lite", m) for m in ("prefill", "train")} | {("gpt-oss-20b", "prefill"),
                                                                  ("gemma-3-12b", "train"), ("phi-3-mini-4k", "train"),
@@ -30,14 +30,14 @@ def _rows():
 
 def _plan(row):
     pytest.importorskip("pandas")
-    from validation.model_report import plan_row
+    from validation.model.model_report import plan_row
     return plan_row(row)
 
 
 @pytest.mark.parametrize("row", [r for r in _rows() if (r["family"], r["mode"]) in WITHIN and r["status"] == "ok"],
                          ids=lambda r: f"{r['family']}-{r['mode']}-{r['seq_len']}")
 def test_archs_rows_within_tolerance(row):
-    from validation.schema import tolerance_bytes
+    from validation.call.schema import tolerance_bytes
     measured = int(float(row["peak_bytes"]))
     planned = _plan(row).total_bytes - CUDA_CONTEXT_BYTES
     assert abs(planned - measured) <= tolerance_bytes(measured), (planned, measured)

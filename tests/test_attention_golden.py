@@ -1,6 +1,6 @@
 """Golden values for the attention estimator, each with its source.
 
-1. Hand-derived allocations (the sequences in estimator/memory.py, summed by hand here).
+1. Hand-derived allocations (the sequences in estimator/call/memory.py, summed by hand here).
 2. docs/sdpa-internals.md Appendix A (H200, torch 2.11; MiB above inputs).
 3. The committed H200 measurements (validation/data/*.csv, by contract §1): the acceptance bar of
    the acceptance bar, max(3%, 2 MiB) on at least 95% of calls that ran, held as a regression test.

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from validation.calibrate_gemm import gemm_grid
 from validation.cli import main
+from validation.timing.calibrate_gemm import gemm_grid
 
 KEYS = ("device_name", "torch_version", "cuda_version", "measured_at", "gemm", "memory_bound", "launch_floor_ms",
         "sync_ms", "attention", "optimizer")

@@ -136,9 +136,9 @@ def test_predict_on_arbitrary_bytes_is_rows_or_one_line_error(tmp_path_factory, 
 
 
 def test_config_and_trace_from_an_endless_file_are_refused():
-    with pytest.raises(ValueError, match="larger than"):
+    with pytest.raises(ValueError, match="not a regular file"):  # refused before a byte is read
         from_hf_config("/dev/zero")
-    with pytest.raises(ValueError, match="larger than"):
+    with pytest.raises(ValueError, match="not a regular file|larger than"):
         load_trace("/dev/zero")
 
 

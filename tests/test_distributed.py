@@ -15,7 +15,7 @@ import pytest
 import torch.distributed as dist
 
 from estimator.model.hf_config import from_hf_config
-from validation.hf_configs import family_config
+from validation.model.hf_configs import family_config
 
 pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
                                 reason="torch.distributed's gloo backend is not built into this torch: the CPU "
@@ -54,6 +54,7 @@ def torchrun(tmp_path, *args, nproc=2) -> tuple[subprocess.CompletedProcess, lis
     return proc, rows
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 def test_tp2_prefill_per_rank_bytes_match_the_plans_per_gpu_share(tmp_path):
     proc, rows = torchrun(tmp_path, "--family", "llama-3.1-8b", "--layers", "1", "--mode", "prefill",
                           "--seq-len", "4096", "--tp", "2")
@@ -74,6 +75,7 @@ def test_tp2_prefill_per_rank_bytes_match_the_plans_per_gpu_share(tmp_path):
         assert float(r["time_ms"]) > 0 and r["plan_links"] == "tp:nvlink"
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 def test_zero3_train_shards_the_weights_over_data_parallel(tmp_path):
     proc, rows = torchrun(tmp_path, "--family", "llama-3.1-8b", "--layers", "1", "--mode", "train",
                           "--seq-len", "256", "--batch", "2", "--zero", "3")
@@ -103,11 +105,12 @@ def test_run_gpus_is_refused_on_the_cpu(tmp_path, capsys):
     assert "--gpus: more than one worker needs CUDA GPUs" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 def test_spread_merges_the_workers_rows_in_input_order(tmp_path):
     # the --gpus machinery with CPU workers (the CLI refuses this; spread itself does not care)
-    from validation.rows import read_cases
-    from validation.runner import RunOptions
-    from validation.sweep import spread
+    from validation.call.rows import read_cases
+    from validation.call.runner import RunOptions
+    from validation.call.sweep import spread
     inp = tmp_path / "in.csv"
     lines = ["id,batch,q_heads,kv_heads,head_dim,q_len,kv_len,dtype,causal,mask,mode,backend"]
     lines += [f"c{i},1,2,2,16,{32 * (i + 1)},{32 * (i + 1)},float32,0,none,forward,math" for i in range(3)]

@@ -86,7 +86,7 @@ def test_flex_rows_of_the_h200_are_within_tolerance():
     # attn_implementation="flex_attention", Llama-3.1-8B, Mistral-7B (window 4096), Gemma-2-9B, Gemma-3-12B
     import pandas as pd
 
-    from validation.model_report import compare
+    from validation.model.model_report import compare
 
     df = pd.read_csv("validation/data/h200_hf_windows_b.csv", dtype=str, keep_default_na=False)
     result = compare(df)
@@ -97,7 +97,7 @@ def test_flex_rows_of_the_h200_are_within_tolerance():
 
 def test_protocol_runs_structured_masks_and_refuses_flex_on_the_cpu():
     pytest.importorskip("torch")
-    from validation.protocol import measure
+    from validation.call.protocol import measure
 
     small = dict(batch=1, q_heads=2, kv_heads=1, head_dim=16, q_len=256, kv_len=256, causal=True, dtype="float32")
     windowed = measure(AttentionCall(**small, mask="window:64", backend="math"), "cpu", repeats=1)
@@ -109,7 +109,7 @@ def test_protocol_runs_structured_masks_and_refuses_flex_on_the_cpu():
 
 def test_window_mask_mod_is_the_sliding_window():
     torch = pytest.importorskip("torch")
-    from validation.flex import mask_mod_for
+    from validation.call.flex import mask_mod_for
 
     mod = mask_mod_for("window", 3, True, 6, 6)
     q, kv = torch.arange(6)[:, None], torch.arange(6)[None, :]
@@ -135,7 +135,7 @@ def test_flex_with_dropout_is_refused_not_run_without_it():
     """flex_attention has no dropout: the H200 held-out set (h200_heldout6.csv) caught the runner timing five such
     calls without their dropout; the planner already said unsupported."""
     torch = pytest.importorskip("torch")
-    from validation.flex import attention
+    from validation.call.flex import attention
 
     q = torch.zeros(1, 1, 4, 8)
     with pytest.raises(RuntimeError, match="No available kernel: flex_attention has no dropout"):

@@ -1,4 +1,4 @@
-"""CPU tests of validation.hf_models (tiny families): every code path the H200 runs, bar the CUDA counters."""
+"""CPU tests of validation.model.hf_models (tiny families): every code path the H200 runs, bar the CUDA counters."""
 
 import csv
 import json
@@ -8,7 +8,12 @@ import pytest
 pytest.importorskip("transformers")
 import torch  # noqa: E402
 
-from validation import hf_configs, hf_models, hf_runs, hf_suites  # noqa: E402
+from validation.model import (
+    hf_configs,
+    hf_models,
+    hf_runs,
+    hf_suites,  # noqa: E402
+)
 
 
 def _rows(path):
@@ -59,6 +64,7 @@ def test_every_family_builds_tiny_with_its_structure():
                                                                          "sliding_attention"]
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 def test_every_family_trains_and_prefills_and_reports_n_params(tmp_path):
     cases = []
     for fam in hf_configs.FAMILIES:
@@ -183,6 +189,7 @@ def test_dump_configs_round_trip_through_autoconfig(tmp_path):
     assert len(list(out2.iterdir())) == len(hf_configs.FAMILIES)
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 def test_suites_are_well_formed_and_run_tiny(tmp_path):
     combos = {}
     for name, build in hf_suites.SUITES.items():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from validation.model_report import compare
+from validation.model.model_report import compare
 
 # file -> rows that ran and must be within max(3%, 2 MiB)
 WITHIN = {

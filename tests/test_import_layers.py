@@ -114,4 +114,4 @@ def _reexports(module: str) -> bool:
 
 def test_the_walker_sees_lazy_and_relative_imports(tmp_path):
     mod = ROOT / "validation" / "cli.py"
-    assert "validation.case_lists" in imports_of(mod, set(all_modules()))  # imported inside a function
+    assert "validation.call.case_lists" in imports_of(mod, set(all_modules()))  # imported inside a function

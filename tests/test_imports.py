@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 
 def loaded(module: str) -> set[str]:
     code = f"import sys, {module}; print(' '.join(sorted(sys.modules)))"
@@ -18,5 +20,6 @@ def test_estimator_imports_no_torch_or_ui():
     assert not {"torch", "streamlit", "plotly"} & mods
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 def test_validation_imports_no_ui():
-    assert not {"streamlit", "plotly"} & loaded("validation.runner")
+    assert not {"streamlit", "plotly"} & loaded("validation.call.runner")

@@ -13,8 +13,8 @@ import pytest
 from estimator.hardware import get_gpu
 from estimator.model.calibration import constants_from_json, load_constants
 from estimator.model.kernel_prices import Kernels
-from validation.hf_profile import kind_of, parse_case
-from validation.model_report import plan_row
+from validation.model.hf_profile import kind_of, parse_case
+from validation.model.model_report import plan_row
 
 DATA = Path(__file__).resolve().parents[1] / "validation" / "data"
 

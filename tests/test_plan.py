@@ -470,7 +470,7 @@ def test_plan_matches_a_hugging_face_llama_measured_on_the_h200():
     # validation/data/h200_hf_llama.csv (a run of `python -m validation.hf_llama`, torch 2.11 + cu130,
     # transformers 5.17): Llama-3-8B cut to 4 layers, random weights, eager and sdpa attention; peak allocated
     # bytes of a prefill and of a training step (fp32 master + moments resident, gradients set to None between
-    # steps). Compared with the plan's total minus the CUDA context, as validation/hf_llama.py does. Inference
+    # steps). Compared with the plan's total minus the CUDA context, as validation/model/hf_llama.py does. Inference
     # sits 0.3-0.6 % low: that run's warm-up also created the autograd thread's cuBLAS workspace (32 MiB),
     # which an inference-only process does not have. That run held the fp32 master weights and moments as buffers
     # and did not run the optimizer step: compared with the plan's backward peak (bf16-master, fused AdamW).

@@ -62,6 +62,7 @@ def test_architecture_flags_count_parameters(capsys):
     assert out["params"] == 50257 * 768 + 12 * (4 * 768**2 + 2 * 768 * 3072 + 2 * 768) + 768
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 def test_table_output(capsys):
     assert main(["--preset", "llama-3-8b", "--seq-len", "8192", "--smallest-gpu",
                  "--trace", str(DATA / "trace.csv")]) == 0
@@ -71,6 +72,7 @@ def test_table_output(capsys):
         assert needle in text, needle
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 def test_json_with_trace_and_gpu_choices(capsys):
     out = run_json(capsys, "--preset", "llama-3-8b", "--seq-len", "8192", "--trace", str(DATA / "trace.csv"),
                    "--smallest-gpu")

@@ -13,6 +13,7 @@ from estimator.hardware import get_gpu
 from estimator.model.calibration import DEFAULT_FILE, load_constants
 from estimator.model.comm import communication, link
 from estimator.model.inputs import PlanInputs
+from estimator.model.layer_attention import attention_layers
 from estimator.model.plan import make_plan
 from estimator.model.presets import get_preset
 
@@ -88,7 +89,7 @@ def test_communication_links_and_overlap():
 
 
 def _report(paths):
-    from validation.model_report import compare
+    from validation.model.model_report import compare
 
     df = pd.concat([pd.read_csv(p, dtype=str, keep_default_na=False) for p in paths], ignore_index=True)
     return compare(df)
@@ -118,7 +119,7 @@ def test_h200_whole_model_times_on_the_last_held_out_set():
 
 
 def test_h200_decode_on_the_held_out_decode_set():
-    """validation/data/h200_hf_decode_heldout_p1/p2.csv: 12 configs measured twice, in two processes, after the
+    """validation/data/h200_hf_decode_heldout_p1.csv and _p2.csv: 12 configs measured twice, in two processes, after the
     host-bound decode model was committed. Median |error| 13% (15/24 within 15%); the two processes themselves
     differ by up to 1.75x on one config, which is why the decode error band is wide. Their prefills: 24/24."""
     from estimator.model.step_time import TIME_ERROR_BAND
@@ -156,7 +157,7 @@ CALL_SETS = ("calibration", "heldout", "heldout2", "heldout3", "heldout4", "held
 
 def test_fit_time_reproduces_the_committed_factors():
     from estimator.call import timing
-    from validation.fit_time import factors_source, fit
+    from validation.timing.fit_time import factors_source, fit
 
     frames = [pd.read_csv(DATA / f"h200_{name}.csv", dtype=str, keep_default_na=False) for name in CALL_SETS]
     src = factors_source(fit(frames))
@@ -211,7 +212,7 @@ def test_call_time_cross_validated_error_on_calls_over_1ms():
     import numpy as np
 
     from estimator.call import timing
-    from validation.fit_time import factor_tuples, fit
+    from validation.timing.fit_time import factor_tuples, fit
 
     frames = _call_frames()
     saved = dict(timing.FIT_FACTORS)
@@ -283,14 +284,38 @@ def test_decode_first_pass_pays_a_cudnn_graph_build_per_step_on_a_growing_cache(
     filling = extra(_plan(model=get_preset("mistral-7b"), seq_len=2048))
     assert full == pytest.approx(0.0) and filling == pytest.approx(CUDNN_GRAPH_BUILD_MS)
     assert extra(_plan(seq_len=4096, dtype="float32")) == pytest.approx(0.0)  # fp32 never runs on cuDNN
-    assert decode_graph_builds is not None
+    # llama-3-8b has one layer shape: one graph a step through SDPA (cuDNN on the H200), none through eager
+    llama = PlanInputs(model=get_preset("llama-3-8b"), seq_len=16384, gpu="h200")
+    assert decode_graph_builds(llama, attention_layers(llama), get_gpu("h200")) == 1
+    eager_inputs = dataclasses.replace(llama, backend="eager")
+    assert decode_graph_builds(eager_inputs, attention_layers(eager_inputs), get_gpu("h200")) == 0
 
 
+def test_decode_graph_builds_prices_the_decode_call_at_the_plans_torch_version(monkeypatch):
+    # the decode call is re-priced to see which backend SDPA picks: at the plan's torch version, not the default
+    from estimator.call import attention
+    from estimator.call.backends import DEFAULT_TORCH
+    from estimator.model.step_time import decode_graph_builds
+
+    seen = []
+    real = attention.estimate_call
+
+    def recording(call, gpu, torch_version=DEFAULT_TORCH):
+        seen.append(torch_version)
+        return real(call, gpu, torch_version)
+
+    monkeypatch.setattr(attention, "estimate_call", recording)
+    inputs = PlanInputs(model=get_preset("llama-3-8b"), seq_len=4096, gpu="h200", torch_version="2.13")
+    assert decode_graph_builds(inputs, attention_layers(inputs), get_gpu("h200")) == 1
+    assert seen == ["2.13"]
+
+
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 def test_decode_host_constants_are_reproduced_by_their_fit():
     # the warm decode steps of validation/data/h200_hf_decode.csv and the decode profiles:
     # `python -m validation.fit_time --decode FILE FILE`
     from estimator.model.step_time import DECODE_KERNEL_HOST_MS, DECODE_MODEL_PYTHON_MS
-    from validation.fit_time import fit_decode
+    from validation.timing.fit_time import fit_decode
 
     frames = [pd.read_csv(DATA / f, dtype=str, keep_default_na=False)
               for f in ("h200_hf_decode.csv", "h200_hf_profile_decode.csv")]

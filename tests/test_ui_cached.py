@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from estimator.model import solve
 from estimator.model.inputs import PlanInputs
 from estimator.model.plan import make_plan
@@ -17,6 +19,7 @@ def _inputs(**changes) -> PlanInputs:
     return replace(base, **changes)
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 def test_changing_n_reuses_max_seq_len_and_changing_batch_reuses_max_batch(monkeypatch):
     calls = {"max_seq_len": 0, "max_batch": 0}
     for name in calls:

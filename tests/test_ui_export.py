@@ -69,6 +69,7 @@ def defined_names(wb) -> set:
     return set(wb.defined_names.keys())
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 @pytest.mark.parametrize("case", CASES)
 def test_budget_sheet_values_and_formulas_match_the_estimator(case):
     inputs = make_inputs(**CASES[case])
@@ -99,6 +100,7 @@ def test_budget_sheet_values_and_formulas_match_the_estimator(case):
         assert str(bf.cell(labels[comp["component"]], 2).value).startswith("="), comp
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 @pytest.mark.parametrize("case", [c for c in CASES if CASES[c].get("mode") != "training"])
 def test_editing_n_and_batch_recomputes_the_kv_cache_like_the_estimator(case):
     inputs = make_inputs(**CASES[case])
@@ -123,6 +125,7 @@ def _row(wb, name) -> int:
     return next(r for r in range(1, ws.max_row + 1) if ws.cell(r, 4).value == name)
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 def test_sweep_sheet_has_backend_totals_and_live_kv_formula():
     inputs = make_inputs(**CASES["llama-3-8b serve 8k"])
     _, wb_f, wb_v = workbook(inputs)
@@ -152,6 +155,7 @@ def test_csv_and_json_carry_the_profile_template_and_plan():
     assert doc["components"] == plan["components"]
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 def test_tabulated_rows_agree_with_the_estimator_within_1_percent_after_edits():
     """What the Tables sheet's formulas compute (grid.interpolate mirrors them) against make_plan at other n/batch."""
     import random
@@ -223,6 +227,7 @@ def test_cli_workbook_recalculated_in_libreoffice_agrees_with_plan(case, n, batc
     assert budget.cell(rows["fits"], 2).value == ("yes" if expected.fits else "no")
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 def test_formula_injection_is_text_in_the_workbook_and_neutralised_in_csv():
     from estimator.model.specs import ModelSpec
 

@@ -10,7 +10,7 @@ from estimator.hardware import get_gpu
 from estimator.model.inputs import PlanInputs
 from estimator.model.presets import get_preset
 from ui import gpu
-from validation.guard import APP_GUARD
+from validation.call.guard import APP_GUARD
 
 H200 = get_gpu("h200")
 

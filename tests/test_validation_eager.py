@@ -1,4 +1,4 @@
-"""The eager reference computation (validation/eager.py) measured on the CPU against the estimator's
+"""The eager reference computation (validation/call/eager.py) measured on the CPU against the estimator's
 prediction for it (estimator.call.attention.estimate_call, backend = eager).
 
 CPU peaks come from the profiler's memory events (contract §1); the CPU allocator does not round to
@@ -19,8 +19,8 @@ import torch
 from estimator.call.attention import estimate_call
 from estimator.call.config import AttentionCall
 from estimator.hardware import get_gpu
-from validation.eager import eager_attention
-from validation.protocol import cpu_peak_extra_bytes, make_inputs, measure, run_call
+from validation.call.eager import eager_attention
+from validation.call.protocol import cpu_peak_extra_bytes, make_inputs, measure, run_call
 
 SHAPE = dict(batch=1, q_heads=4, head_dim=32, q_len=256, kv_len=256)  # one fp32 score matrix = 1 MiB
 VARIANTS = [dict(), dict(causal=True), dict(mask="bool"), dict(mask="float"), dict(kv_heads=2)]

@@ -10,10 +10,11 @@ import pandas as pd
 import pytest
 
 from estimator.call.backends import DEFAULT_TORCH
-from estimator.call.config import BACKENDS, AttentionCall
-from validation import kernels, report
-from validation.case_lists import make_grid
-from validation.grid import random_sample
+from estimator.call.config import AttentionCall
+from estimator.call.registry import BACKENDS
+from validation.call import kernels, report
+from validation.call.case_lists import make_grid
+from validation.call.grid import random_sample
 
 MIB = 2**20
 
@@ -168,14 +169,15 @@ def test_report_rejects_a_csv_that_is_not_a_run_output(tmp_path, capsys):
 
 
 def test_report_imports_neither_torch_nor_ui_libraries():
-    code = "import sys, validation.report, validation.grid; print(sorted(m for m in ('torch', 'streamlit', 'plotly') " \
-           "if m in sys.modules))"
+    code = "import sys, validation.call.report, validation.call.grid; " \
+           "print(sorted(m for m in ('torch', 'streamlit', 'plotly') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine (pytest --durations)
 def test_runner_imports_no_ui_libraries():
-    code = "import sys, validation.runner, validation.cli; print(sorted(m for m in ('streamlit', 'plotly') " \
+    code = "import sys, validation.call.runner, validation.cli; print(sorted(m for m in ('streamlit', 'plotly') " \
            "if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

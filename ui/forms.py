@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping
 
 import streamlit as st
 
-from estimator.call.config import BACKENDS, DTYPE_BITS, KV_DTYPE_BITS
+from estimator.call.config import DTYPE_BITS, KV_DTYPE_BITS
+from estimator.call.registry import BACKENDS
 from estimator.hardware import CATALOG
 from estimator.model.recipes import OPTIMIZERS
 from ui.state import CALL_MASKS, CALL_MODES, CHECKPOINTING, LOGITS, PLAN_MODES, PRECISION_CHOICES, ZERO_STAGES
@@ -164,5 +165,14 @@ def plan_form(prefix: str, presets: list[str], source: str) -> tuple[bool, objec
             m3.checkbox("sequence parallelism (training with tp > 1)", key=f"{prefix}sequence_parallel")
             m4.selectbox("logits (inference)", LOGITS, key=f"{prefix}logits",
                          help="last = logits for the last position only; all = for every position")
+        with st.expander("Images: vision encoders (ViT, Swin) and vision-language models"):
+            i1, i2, i3 = st.columns(3)
+            i1.text_input("image size (pixels: S or HxW; empty = none)", key=f"{prefix}image_size",
+                          help="a ViT or Swin takes its tokens from the image; a vision-language model adds each "
+                               "image's tokens to n, which then counts the text tokens")
+            i2.number_input("images per sequence", min_value=0, step=1, key=f"{prefix}images")
+            i3.selectbox("trained parts (vision-language training)", ("all", "tower-frozen", "projector"),
+                         key=f"{prefix}trainable",
+                         help="all; tower-frozen: projector + language model; projector: the projector only")
         submitted = st.form_submit_button("Plan", type="primary")
     return submitted, uploaded

@@ -1,7 +1,7 @@
 """GPU validation from the app: the plan's attention calls, guarded, measured one at a time.
 
 Guards: at most MAX_CALLS calls per job; a call runs only if its predicted inputs + peak extra pass
-validation.guard.APP_GUARD (80% of the free memory less 1 GiB, at most 64 GiB: the rule `python -m validation
+validation.call.guard.APP_GUARD (80% of the free memory less 1 GiB, at most 64 GiB: the rule `python -m validation
 run` applies with its own margins); one GPU job at a time per server process (a
 non-blocking lock: a second job is refused, never queued). torch is imported only when a page asks for it,
 so the planner itself starts without it.
@@ -18,7 +18,8 @@ import pandas as pd
 from estimator.call.config import CALL_COLUMNS, AttentionCall
 from estimator.hardware import GPU
 from estimator.units import GIB
-from validation.guard import APP_GUARD, APP_GUARD_TEXT
+from validation.call.guard import APP_GUARD, APP_GUARD_TEXT
+from validation.errors import first_line
 
 MAX_CALLS = 16
 REPEATS = 5  # repetitions per call; a cancel is honoured between two of them
@@ -101,7 +102,7 @@ def plan_calls(inputs) -> list[AttentionCall]:
     """The attention calls one GPU runs for this plan, as the advisor prices them (`estimator.advice.attention_call`:
     heads split by tp, the query by cp, causal for decoders). Inference adds one decode step (q_len 1 against the
     cache); training's call is forward_backward."""
-    from estimator.model.inputs import attention_call
+    from estimator.model.layer_attention import attention_call
 
     calls = [attention_call(inputs)]
     if inputs.mode == "inference" and inputs.model.kind == "decoder" and calls[0].q_len > 1:
@@ -145,8 +146,8 @@ def guard(calls: list[AttentionCall], gpu: GPU, free_bytes: int) -> pd.DataFrame
 
 
 def measure(call: AttentionCall) -> dict:
-    """One call measured by contract §1 on the local CUDA GPU (validation/protocol.py)."""
-    from validation.protocol import measure as protocol_measure
+    """One call measured by contract §1 on the local CUDA GPU (validation/call/protocol.py)."""
+    from validation.call.protocol import measure as protocol_measure
 
     return protocol_measure(call, "cuda")
 
@@ -232,7 +233,7 @@ def read_result_csv(data: bytes) -> pd.DataFrame:
     try:
         frame = pd.read_csv(io.BytesIO(data))
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError, OverflowError) as exc:
-        raise ValueError(f"cannot read this CSV: {(str(exc).splitlines() or [type(exc).__name__])[0]}") from None
+        raise ValueError(f"cannot read this CSV: {first_line(exc)}") from None
     missing = [c for c in ("measured_peak_extra_bytes", *CALL_COLUMNS) if c not in frame.columns
                and c not in ("mask", "dropout", "causal")]
     if missing:
@@ -247,7 +248,7 @@ def compare(measured: pd.DataFrame, gpu: GPU, torch_version: str | None = None, 
     """Measured rows beside the estimator's prediction for each (predicted peak, relative error, backend)."""
     from estimator.call.attention import estimate_call
     from estimator.call.backends import DEFAULT_TORCH
-    from validation.schema import tolerance_bytes
+    from validation.call.schema import tolerance_bytes
 
     estimate = estimate or estimate_call
     torch_version = torch_version or DEFAULT_TORCH
@@ -258,7 +259,7 @@ def compare(measured: pd.DataFrame, gpu: GPU, torch_version: str | None = None, 
         try:
             call = AttentionCall(**{k: row[k] for k in CALL_COLUMNS if k in row and pd.notna(row[k]) and row[k] != ""})
         except (ValueError, TypeError, OverflowError) as exc:
-            out["error"] = (str(exc).splitlines() or [type(exc).__name__])[0]
+            out["error"] = first_line(exc)
             rows.append(out)
             continue
         est = estimate(call, gpu, torch_version)

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from estimator.call.config import (
-    BACKENDS,
     DTYPE_BITS,
     KV_DTYPE_BITS,
     MASKS,
@@ -21,6 +20,7 @@ from estimator.call.config import (
     parse_bool,
     parse_mask,
 )
+from estimator.call.registry import BACKENDS
 from estimator.hardware import get_gpu
 from estimator.model.inputs import CHECKPOINTING, LOGITS
 from estimator.model.inputs import MODES as PLAN_MODES
@@ -47,7 +47,9 @@ def _plan_defaults() -> dict:
             "window": d["window"] or 0, "backend": d["backend"], "gpu": DEFAULT_GPU,
             "gpus": d["gpus"] or d["tp"] * d["cp"], "tp": d["tp"], "cp": d["cp"], "zero": d["zero"],
             "micro_batch": d["micro_batch"] or 0, "sequence_parallel": d["sequence_parallel"],
-            "logits": d["logits"], "precision": d["precision"] or "auto", "optimizer": d["optimizer"]}
+            "logits": d["logits"], "precision": d["precision"] or "auto", "optimizer": d["optimizer"],
+            # image plans (estimator/cli/vision_args.py): no image until a size is given
+            "image_size": "", "images": 1, "trainable": "all"}
 
 
 ZERO_STAGES = (0, 1, 2, 3)
@@ -56,7 +58,8 @@ _INT_LIMITS = {"layers": 4096, "hidden": 1 << 20, "heads": 1 << 16, "kv_heads": 
                "ffn": 1 << 22, "vocab": 1 << 24, "seq_len": MAX_SEQ_LEN, "batch": 1 << 20, "gpus": 1 << 16,
                "tp": 1 << 12, "cp": 1 << 12}
 _CHOICES = {"source": MODEL_SOURCES, "mode": PLAN_MODES, "checkpointing": CHECKPOINTING, "backend": BACKENDS,
-            "logits": LOGITS, "precision": PRECISION_CHOICES, "optimizer": tuple(OPTIMIZERS)}
+            "logits": LOGITS, "precision": PRECISION_CHOICES, "optimizer": tuple(OPTIMIZERS),
+            "trainable": ("all", "tower-frozen", "projector")}
 
 CALL_DEFAULTS: dict = {
     "batch": 1, "q_heads": 32, "kv_heads": 8, "head_dim": 128, "q_len": 8192, "kv_len": 8192,
@@ -106,6 +109,19 @@ def _coerce(key: str, raw, ints: Mapping[str, int], choices: Mapping[str, tuple]
         if presets and value not in presets:
             raise ValueError(f"preset: unknown preset {raw!r}; known: {', '.join(presets)}")
         return value
+    if key == "image_size":  # "" = no image; S or HxW pixels (estimator.model.vision_tokens.parse_image_size)
+        from estimator.model.vision_tokens import parse_image_size
+
+        text = str(raw).strip().lower()
+        if text in ("", "0", "none"):
+            return ""
+        h, w = parse_image_size(text)
+        return str(h) if h == w else f"{h}x{w}"
+    if key == "images":  # images per sequence, 0..256
+        text = str(raw).strip()
+        if not text.isdigit() or int(text) > 256:
+            raise ValueError(f"images: expected 0..256 images per sequence, got {raw!r}")
+        return int(text)
     if key == "dropout":
         try:
             value = float(raw)
@@ -252,7 +268,11 @@ def default_seq_len(preset: str) -> int | None:
     """The n a preset is planned at first: an encoder's native tokens (vit-l-16: 197), else the context the
     model was trained for (llama-3-8b: 8,192); None when the preset does not say."""
     from estimator.model.presets import get_preset
+    from estimator.model.vision_presets import get_vision_preset
 
+    vision = get_vision_preset(preset)
+    if vision is not None:  # a vision-language preset: n counts the text tokens; Swin: the image gives them
+        return 512 if hasattr(vision, "lm") else None
     spec = get_preset(preset)
     if spec.kind == "encoder":
         return spec.native_tokens

@@ -11,12 +11,15 @@ from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
-from estimator.call.backends import DEFAULT_TORCH
-from estimator.call.config import MAX_SEQ_LEN, SDPA_BACKENDS, AttentionCall
+from estimator.call import registry
+from estimator.call.backends import DEFAULT_TORCH, PRIORITY_CUDNN_FIRST
+from estimator.call.config import MAX_SEQ_LEN, AttentionCall
 from estimator.hardware import GPU
 from estimator.units import GIB
 
-SWEEP_BACKENDS = ("math", "flash", "efficient", "cudnn", "eager", "flex", "flash-attn")
+SWEEP_BACKENDS = registry.names()
+# the backend table's rows: SDPA's kernels in the order torch 2.11 tries them on sm90 and newer, then the others
+TABLE_BACKENDS = (*PRIORITY_CUDNN_FIRST, *registry.names(sdpa=False))
 
 
 def n_grid(current_n: int, *, low: int = 256, high: int | None = None) -> list[int]:
@@ -62,9 +65,9 @@ def backend_table(call: AttentionCall, gpu: GPU, *, torch_version: str = DEFAULT
 
     auto = estimate_call(dataclasses.replace(call, backend="auto"), gpu, torch_version)
     rows = []
-    for backend in (*SDPA_BACKENDS, "eager", "flex", "flash-attn"):
+    for backend in TABLE_BACKENDS:
         est = estimate_call(dataclasses.replace(call, backend=backend), gpu, torch_version)
-        reasons = auto.reasons.get(backend, ()) if backend != "eager" else ()
+        reasons = auto.reasons.get(backend, ()) if not registry.get(backend).always_runs else ()
         rows.append({
             "backend": backend,
             "auto picks it": backend == auto.selected_backend,

@@ -7,8 +7,9 @@ carry user input (URL parameters, file names, a config's values echoed in an err
 
 from __future__ import annotations
 
-import html
 import re
+
+from validation.errors import first_line as one_line  # noqa: F401 - the pages' name for it; its home is validation/errors.py
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&=\"'^%@])")
 
@@ -26,15 +27,6 @@ def md(text: object) -> str:
     return _MD_SPECIAL.sub(r"\\\1", plain)
 
 
-def html_text(text: object) -> str:
-    """For the few places that take HTML (graph labels): entities."""
-    return html.escape(str(text), quote=True)
-
-
-def one_line(exc: BaseException | str) -> str:
-    """An error's first line, or its type when it has no message."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def plural(count: int, word: str, plural_word: str | None = None) -> str:

@@ -5,8 +5,6 @@ turned into one ValueError line that the page shows. Pure apart from the uploade
 
 from __future__ import annotations
 
-import hashlib
-
 from ui.text import one_line
 
 CONFIG_MAX_BYTES = 1 << 20  # a Hugging Face config.json is a few KiB
@@ -22,11 +20,6 @@ def read_bytes(uploaded, limit: int, what: str) -> bytes:
     if size > limit or len(data) > limit:
         raise ValueError(f"{what}: the file is {len(data) / 2**20:,.2f} MiB; the limit is {limit / 2**20:,.0f} MiB")
     return data
-
-
-def digest(data: bytes) -> str:
-    """The cache key of an upload: its content's SHA-256."""
-    return hashlib.sha256(data).hexdigest()
 
 
 def config_name(file_name: str) -> str:

@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
+import signal
 import sys
 import time
 
+from estimator.files import refuse_same_file, write_atomic
 from estimator.hardware import get_gpu, gpu_from_device_name
+from validation.errors import first_line
 from validation.native_stderr import filtered_stderr
 
 
@@ -33,9 +37,9 @@ def modelled_torch(version: str) -> str | None:
 def _run(args) -> int:
     import torch
 
-    from validation.rows import read_cases
-    from validation.runner import RunOptions
-    from validation.sweep import sweep, write_meta
+    from validation.call.rows import read_cases
+    from validation.call.runner import RunOptions
+    from validation.call.sweep import sweep, write_meta
 
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -48,15 +52,23 @@ def _run(args) -> int:
             raise ValueError(f"gpu: cannot map {torch.cuda.get_device_name()!r} to the catalog; pass --gpu NAME")
         gpu = detected or "h200"
     gpu = get_gpu(gpu).name
+    if args.torch is not None:  # refused up front: an unmodelled version would run the sweep without predictions
+        from estimator.call import backends
+        try:
+            backends.check_torch_version(args.torch)
+        except ValueError as exc:
+            raise ValueError(f"--torch:{str(exc).partition(':')[2]}") from None
     options = RunOptions(device=device, repeats=args.repeats, timeout_s=args.timeout_s, force=args.force, gpu=gpu,
                          torch_version=args.torch or modelled_torch(torch.__version__))
+    refuse_same_file(args.out, [args.inp], "--out")
+    refuse_same_file(f"{args.out}.meta.json", [args.inp], "--out")
     inputs, rows = read_cases(args.inp)
     if not rows:
         raise ValueError(f"--in {args.inp}: no rows under the header")
     if args.gpus < 1:
         raise ValueError(f"--gpus: expected a number of GPUs >= 1, got {args.gpus}")
     if args.gpus > 1:
-        from validation.sweep import spread
+        from validation.call.sweep import spread
         if device != "cuda":
             raise ValueError("--gpus: more than one worker needs CUDA GPUs (this run is on the cpu)")
         if args.gpus > torch.cuda.device_count():
@@ -79,8 +91,8 @@ MAX_WORST = 10_000
 def _grid(args) -> int:
     if not 1 <= args.n <= MAX_GRID_CASES:
         raise ValueError(f"--n: expected a number of cases in [1, {MAX_GRID_CASES:,}], got {args.n}")
-    from validation import grid
-    from validation.case_lists import make_grid
+    from validation.call import grid
+    from validation.call.case_lists import make_grid
     rows = make_grid(args.kind, seed=args.seed, n=args.n, dtype=args.dtype, mode=args.mode, stop=args.stop)
     grid.write_csv(rows, args.out)
     print(f"wrote {len(rows)} cases to {args.out}", file=sys.stderr)
@@ -90,9 +102,10 @@ def _grid(args) -> int:
 def _report(args) -> int:
     import pandas as pd
 
-    from validation.report import build_report, load
+    from validation.call.report import build_report, load
     if not 0 <= args.worst <= MAX_WORST:
         raise ValueError(f"--worst: expected a number of cases in [0, {MAX_WORST:,}], got {args.worst}")
+    refuse_same_file(args.md, [*args.csv, *(f"{path}.meta.json" for path in args.csv)], "--md")
     loaded = [load(path, gpu=args.gpu, torch_version=args.torch, recorded=args.recorded) for path in args.csv]
     frame = pd.concat([df for df, _ in loaded], ignore_index=True)
     meta = loaded[0][1] if len(loaded) == 1 else {
@@ -101,22 +114,27 @@ def _report(args) -> int:
         "command": "; ".join(m["command"] for _, m in loaded if m.get("command"))}
     text = build_report(frame, meta=meta, title=", ".join(args.csv), worst=args.worst)
     if args.md:
-        with open(args.md, "w") as fh:
-            fh.write(text)
+        write_atomic(args.md, text, "--md")
         print(f"wrote {args.md}", file=sys.stderr)
     else:
         print(text)
     return 0
 
 
+MAX_BUDGET_S = 24 * 3600.0  # a calibration takes about a minute on an H200 (validation/timing/calibrate.py)
+
+
 def _calibrate(args) -> int:
-    from validation.calibrate import calibrate
-    calibrate(args.out, device=args.device, quick=args.quick, budget_s=args.budget_s)
+    budget = args.budget_s
+    if not math.isfinite(budget) or not 0 <= budget <= MAX_BUDGET_S:
+        raise ValueError(f"--budget-s: expected seconds in [0, {MAX_BUDGET_S:g}] (0 = no limit), got {budget:g}")
+    from validation.timing.calibrate import calibrate
+    calibrate(args.out, device=args.device, quick=args.quick, budget_s=budget)
     return 0
 
 
 def _model(args) -> int:
-    from validation.distributed import main_model
+    from validation.model.distributed import main_model
     return main_model(args)
 
 
@@ -128,12 +146,14 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--in", dest="inp", required=True, help="predict-style input CSV")
     r.add_argument("--out", required=True, help="output CSV, written row by row")
     r.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when torch sees a GPU, else cpu")
-    r.add_argument("--force", action="store_true", help="run cases predicted not to fit in free memory or time")
+    r.add_argument("--force", action="store_true", help="run cases predicted not to fit in free memory or time, "
+                   "and replace an OUT that holds measured rows (without it such an OUT is refused; see --resume)")
     r.add_argument("--repeats", type=int, default=5, help="timed repeats per case (median); default 5")
     r.add_argument("--timeout-s", type=float, default=120.0, help="per-case time limit in seconds; 0 = none")
     r.add_argument("--gpu", help="catalog GPU the predictions are for (default: detected; h200 on a CPU)")
     r.add_argument("--torch", help="torch version passed to the estimator (default: the estimator's)")
-    r.add_argument("--resume", action="store_true", help="append to OUT, skipping ids already measured there")
+    r.add_argument("--resume", action="store_true", help="append to OUT, skipping ids already measured there "
+                   "(a case recorded as a crash is measured again)")
     r.add_argument("--gpus", type=int, default=1, help="local GPUs: one worker per GPU (CUDA_VISIBLE_DEVICES), rows "
                    "merged in input order (default 1; more than 1 is refused on the cpu)")
     r.set_defaults(func=_run)
@@ -156,12 +176,12 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--torch", help="torch version to predict for (default: the data's)")
     rep.set_defaults(func=_report)
     mo = sub.add_parser("model", help="a HF model over several processes under torchrun (tp, cp, ZeRO-3), per-rank "
-                        "memory and time beside the plan's per-GPU figures (validation/distributed.py)")
-    from validation.distributed import add_arguments
+                        "memory and time beside the plan's per-GPU figures (validation/model/distributed.py)")
+    from validation.model.distributed import add_arguments
     add_arguments(mo)
     mo.set_defaults(func=_model)
     c = sub.add_parser("calibrate", help="measure GEMMs, memory-bound kernels, launch floor, SDPA, optimizers "
-                       "to a JSON file for `plan --calibration` (validation/calibrate.py)")
+                       "to a JSON file for `plan --calibration` (validation/timing/calibrate.py)")
     c.add_argument("--out", default="calibration_kernels.json", help="output JSON (default calibration_kernels.json)")
     c.add_argument("--quick", action="store_true", help="tiny shapes, for CPU tests")
     c.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when torch sees a GPU, else cpu")
@@ -170,22 +190,45 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled as Ctrl-C is: the sweep stops, its child is stopped, the finished rows stay."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    try:
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread: leave SIGTERM alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser().parse_args(argv)
     args.argv = argv
     try:
-        with filtered_stderr() if args.command == "run" else contextlib.nullcontext():  # no Kineto start/stop lines
+        with _sigterm_as_interrupt(), (filtered_stderr() if args.command == "run"  # no Kineto start/stop lines
+                                       else contextlib.nullcontext()):
             return args.func(args)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {first_line(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         out = getattr(args, "out", None)
-        print("interrupted" + (f": the rows measured so far are in {out}; --resume continues" if out else ""),
-              file=sys.stderr)
-        return 130
+        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        print(how + (f": the rows measured so far are in {out}; --resume continues" if out and args.command == "run"
+                     else f": {out} holds the sections measured so far" if out else ""), file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
     except OSError as exc:
-        print(f"error: {exc.filename or getattr(args, 'out', None) or ''}: "
-              f"{exc.strerror or str(exc).splitlines()[0]}", file=sys.stderr)
+        where = exc.filename or getattr(args, "out", None) or getattr(args, "md", None) or args.command
+        print(f"error: {where}: {exc.strerror or first_line(exc)}", file=sys.stderr)
         return 2

@@ -1,5 +1,5 @@
 """The advisor's vocabulary: the `Advice` record, the per-plan context that asks the plan and the estimator,
-and the helpers that turn a before/after pair into an advice item (see estimator/advice.py)."""
+and the helpers that turn a before/after pair into an advice item (the rules: estimator/advice/*_rules.py)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from estimator.advice.tree import ADVICE_ORDER
+from estimator.call.backends import PRIORITY_CUDNN_FIRST
 from estimator.call.config import AttentionCall
+from estimator.call.registry import SDPA_FUSED
 from estimator.hardware import get_gpu
-from estimator.model.inputs import attention_call
+from estimator.model.layer_attention import attention_call
 from estimator.units import gib
 
 if TYPE_CHECKING:
     from estimator.model.budget import Plan
 
-FUSED = ("cudnn", "flash", "efficient")
+# the fused kernels SDPA can pick, in the order torch 2.11 tries them on sm90 and newer (how the advice lists them)
+FUSED = tuple(b for b in PRIORITY_CUDNN_FIRST if b in SDPA_FUSED)
 ATTENTION_BOTTLENECK_SHARE = 0.40  # invest in attention only once a profile shows it above 40% of the forward
 # Trigger thresholds below are JUDGEMENTS of this project (no source gives them); tests pin their behaviour.
 KV_DOMINATES_SHARE = 0.30  # KV bytes / (KV + weights) bytes read per decode step at which the cache matters

@@ -122,7 +122,7 @@ def _inplace_saving_bytes(call: AttentionCall) -> int:
 
 def eager_forward_peak_bytes(call: AttentionCall, *, inplace_fill: bool) -> int:
     """Peak extra bytes of the eager forward under torch.no_grad(), with the causal/bool mask fill out of
-    place (validation/eager.py) or in place (`masked_fill_`): `memory.eager_timeline`."""
+    place (validation/call/eager.py) or in place (`masked_fill_`): `memory.eager_timeline`."""
     from estimator.call.memory import eager_timeline
     from estimator.call.shapes import Calls
 

@@ -1,4 +1,4 @@
-"""The advisor: walks the decision tree (`estimator/decision_tree.py`) for one plan and explains each step with
+"""The advisor: walks the decision tree (`estimator/advice/tree.py`) for one plan and explains each step with
 numbers from our own estimator.
 
 Every `expected_effect` is computed by re-running the estimator with the change applied

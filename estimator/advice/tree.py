@@ -3,7 +3,7 @@
 Source: the usual long-context attention practice (profile first, then choose kernel, architecture or
 parallelism, never skip steps), checked against PyTorch 2.11
 (docs/sdpa-internals.md). Each node names the advice ids (contract §4) that the rules in
-`estimator/advice.py` produce at that step. The pre-order walk of the tree is the advisor's order of
+`estimator/advice/*_rules.py` produce at that step. The pre-order walk of the tree is the advisor's order of
 importance (`ADVICE_ORDER`), so the printed tree and the advice list never disagree.
 """
 
@@ -94,6 +94,11 @@ TREE = Node(
                     "recipe", "A leaner recipe: bf16-true instead of fp32 weights and moments (say the trade), "
                               "fused or 8-bit AdamW.",
                     "precision", "optimizer")),
+                ("images: the vision tower or its image tokens hold the bytes", _leaf(
+                    "images", "Count the tokens of each modality first; then fewer pixels (a smaller max-pixels "
+                              "bound), fewer images, a frozen tower, a fused kernel in the tower.",
+                    "vision-memory-split", "vision-max-pixels", "vision-fewer-pixels", "vision-freeze-tower",
+                    "vision-fused-tower")),
                 ("fits at batch 1, not at this batch", _leaf("batch", "Reduce the batch first.", "reduce-batch")),
                 ("training activations", _leaf(
                     "activations", "Activation checkpointing where the activations are (FFN or attention); "

@@ -10,9 +10,9 @@ request rounded up to 2 MiB; a block is split when more than 1 MiB (large) or 51
 freed blocks merge with free neighbours; when the driver refuses a segment, every fully free cached segment
 is released and the request retried once.
 
-Checked on the H200 with allocation traces that carry addresses (validation/trace.py:
+Checked on the H200 with allocation traces that carry addresses (validation/call/allocator_trace.py:
 trace_with_addresses): placement, segment reuse and release happen as replayed, once the inputs are
-allocated the way validation/protocol.py makes them (a bool mask's fp32 `rand` temporary leaves a cached
+allocated the way validation/call/protocol.py makes them (a bool mask's fp32 `rand` temporary leaves a cached
 segment that later hosts small blocks). With that, the replay decides all 1,970 H200 calls that ran or ran
 out of memory (validation/data/h200_*.csv), the seven between 92% and 96% of the memory among them. The
 boundary also moves with what the process ran before (library memory outside the allocator): the call that
@@ -24,12 +24,28 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-MiB = 2**20
-SMALL_REQUEST = MiB
-SMALL_SEGMENT = 2 * MiB
-LARGE_SEGMENT = 20 * MiB
-MIN_LARGE_ALLOC = 10 * MiB
-ROUND_LARGE = 2 * MiB
+import numpy as np
+
+from estimator.units import MIB, round_up
+
+# The allocator's size rules, named as c10/cuda/CUDACachingAllocator.cpp names them (its defaults).
+MIN_BLOCK_BYTES = 512  # kMinBlockSize: every request rounded up to a multiple of 512 B
+SMALL_SIZE_BYTES = MIB  # kSmallSize: requests up to 1 MiB come from the small pool; a large block is split
+# only when more than this would remain
+SMALL_BUFFER_BYTES = 2 * MIB  # kSmallBuffer: the small pool's segment
+LARGE_BUFFER_BYTES = 20 * MIB  # kLargeBuffer: the segment of a large request below kMinLargeAlloc
+MIN_LARGE_ALLOC_BYTES = 10 * MIB  # kMinLargeAlloc: from here a request gets a segment of its own size...
+ROUND_LARGE_BYTES = 2 * MIB  # kRoundLarge: ...rounded up to 2 MiB
+
+
+def block_bytes(nbytes):
+    """Bytes the caching allocator counts for one request of `nbytes` (elementwise): the request rounded up to
+    kMinBlockSize, except that a request of at least kMinLargeAlloc whose kRoundLarge round-up leaves at most
+    kSmallSize holds (and is counted as) its whole segment, since a block is split only if more would remain."""
+    block = round_up(nbytes, MIN_BLOCK_BYTES)
+    segment = round_up(nbytes, ROUND_LARGE_BYTES)
+    whole = (nbytes >= MIN_LARGE_ALLOC_BYTES) & (segment - block <= SMALL_SIZE_BYTES)
+    return np.where(whole, segment, block)
 
 
 class OutOfMemory(Exception):
@@ -68,8 +84,8 @@ class CachingAllocator:
                 return
 
     def _new_segment(self, size: int, small: bool) -> _Block | None:
-        seg_size = SMALL_SEGMENT if small else (LARGE_SEGMENT if size < MIN_LARGE_ALLOC else
-                                                -(-size // ROUND_LARGE) * ROUND_LARGE)
+        seg_size = SMALL_BUFFER_BYTES if small else (LARGE_BUFFER_BYTES if size < MIN_LARGE_ALLOC_BYTES else
+                                                     round_up(size, ROUND_LARGE_BYTES))
         if self.reserved_bytes + seg_size > self.capacity_bytes:
             return None
         self._next_id += 1
@@ -91,8 +107,8 @@ class CachingAllocator:
     def malloc(self, nbytes: int) -> _Block | None:
         if nbytes <= 0:
             return None
-        size = max(512, -(-nbytes // 512) * 512)
-        small = size <= SMALL_REQUEST
+        size = max(MIN_BLOCK_BYTES, round_up(nbytes, MIN_BLOCK_BYTES))
+        small = size <= SMALL_SIZE_BYTES
         pool = self._free[small]
         i = bisect.bisect_left(pool, (size, -1))
         if i < len(pool):
@@ -105,7 +121,7 @@ class CachingAllocator:
                 if block is None:
                     raise OutOfMemory(size)
         remaining = block.size - size
-        if (remaining >= 512) if small else (remaining > MiB):  # should_split
+        if (remaining >= MIN_BLOCK_BYTES) if small else (remaining > SMALL_SIZE_BYTES):  # should_split
             rest = _Block(remaining, block.segment, True, block, block.next)
             if block.next:
                 block.next.prev = rest

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from estimator.call import backends, flops, memory, timing
+from estimator.call import backends, flops, memory, registry, timing
 from estimator.call.allocator import replay_fits
 from estimator.call.config import AttentionCall
 from estimator.call.shapes import Calls
@@ -22,21 +22,16 @@ from estimator.hardware import GPU
 CUDA_CONTEXT_BYTES = 650_969_088
 # Near the limit the peak of allocated bytes does not decide: cached blocks fragment the segments. Calls whose
 # inputs + peak exceed this share of the memory left after the context are replayed through the caching
-# allocator (estimator/allocator.py) to decide `fits`. On the H200 no call below 92% ran out of memory and the
+# allocator (estimator/call/allocator.py) to decide `fits`. On the H200 no call below 92% ran out of memory and the
 # replay decides the seven measured between 92% and 96%; 75% keeps a wide margin (replays cost ~1 ms each).
 REPLAY_FROM_FRACTION = 0.75
 # cuBLAS keeps a 32 MiB workspace per (handle, stream) once a matmul ran: math and eager calls have
 # one from the forward and one from autograd's backward thread (CublasHandlePool.cpp; measured).
 CUBLAS_WORKSPACE_BYTES = 32 * 2**20
 
-# Relative error band of peak_extra_bytes per backend: the lowest and highest (predicted − measured) /
-# measured over the H200 calls of at least 64 MiB in validation/data/h200_{calibration,heldout,heldout2,
-# heldout3,heldout4,nsweep}.csv (122 to 351 calls each), rounded outward to 0.5%. Below 64 MiB the error is
-# absolute: within ERROR_FLOOR_BYTES for 1,089 of 1,091 such calls (99th percentile 0.97 MiB, worst 2.96 MiB).
-ERROR_BANDS = {"math": (-0.01, 0.02), "flash": (-0.005, 0.005), "efficient": (-0.005, 0.015),
-               "cudnn": (-0.01, 0.015), "eager": (-0.015, 0.015),
-               "flex": (-0.05, 0.05),  # flex: from the whole-model flex rows (h200_hf_windows_b.csv), wider
-               "flash-attn": (-0.05, 0.05)}  # flash-attn: from its source (not installable where we measure)
+# Relative error band of peak_extra_bytes per backend: each record's `error_band` (estimator/call/registry.py says
+# which measured sets set it). Below 64 MiB the error is absolute: within ERROR_FLOOR_BYTES for 1,089 of 1,091
+# such calls (99th percentile 0.97 MiB, worst 2.96 MiB).
 ERROR_FLOOR_BYTES = 2 * 2**20
 
 @dataclass(frozen=True)
@@ -58,14 +53,14 @@ class CallEstimate:
     error_band: tuple[float, float]
 
 
-TIMELINES = {"math": memory.math_timeline, "efficient": memory.efficient_timeline,
-             "cudnn": memory.cudnn_timeline, "eager": memory.eager_timeline, "flex": memory.flex_timeline}
-
-
 def backend_timeline(c: Calls, backend: str, gpu: GPU):
-    if backend in ("flash", "flash-attn"):  # flash-attn runs the same FA2 kernels; it needs no mask tensor
-        return memory.flash_timeline(c, gpu.sm_count)
-    return TIMELINES[backend](c)
+    return memory.backend_timeline(c, backend, gpu.sm_count)
+
+
+def _cublas_workspace_bytes(c: Calls, backend):
+    """cuBLAS workspaces an op chain's bmm calls leave behind: one from the forward, one more from autograd's
+    backward thread (0 for the fused kernels)."""
+    return np.where(np.isin(backend, registry.OP_CHAIN), CUBLAS_WORKSPACE_BYTES * np.where(c.grad, 2, 1), 0)
 
 
 def peaks_for(c: Calls, selected, gpu: GPU) -> tuple[np.ndarray, np.ndarray]:
@@ -79,7 +74,7 @@ def peaks_for(c: Calls, selected, gpu: GPU) -> tuple[np.ndarray, np.ndarray]:
         return t.peak, t.marks["forward"]
     peak = np.zeros(selected.shape, dtype=np.int64)
     retained = np.zeros(selected.shape, dtype=np.int64)
-    for name in ("math", "flash", "efficient", "cudnn", "eager", "flex", "flash-attn"):
+    for name in registry.names():
         rows = selected == name
         if rows.any():
             t = backend_timeline(c.take(rows), name, gpu)
@@ -119,7 +114,7 @@ def replay_fits_rows(c: Calls, backend: str, gpu: GPU) -> np.ndarray:
     if len(_REPLAY_MEMO) + len(todo) > REPLAY_MEMO_SIZE:
         _REPLAY_MEMO.clear()
     for i, (key, rows) in enumerate(todo.items()):
-        workspaces = [CUBLAS_WORKSPACE_BYTES] * ((2 if grads[i] else 1) if backend in ("math", "eager") else 0)
+        workspaces = [CUBLAS_WORKSPACE_BYTES] * ((2 if grads[i] else 1) if registry.get(backend).op_chain else 0)
         verdict = replay_fits(sub.input_events(i), timeline.events_for(i), gpu.memory_bytes - CUDA_CONTEXT_BYTES,
                               workspaces)
         _REPLAY_MEMO[key] = verdict
@@ -128,18 +123,18 @@ def replay_fits_rows(c: Calls, backend: str, gpu: GPU) -> np.ndarray:
 
 
 def estimate_columns(c: Calls, requested, gpu: GPU, torch_version: str = backends.DEFAULT_TORCH) -> dict:
-    """Vectorized estimate. `requested` is the backend column (auto, math, flash, efficient, cudnn, eager)."""
+    """Vectorized estimate. `requested` is the backend column (auto or a registered backend's name)."""
     requested = np.asarray(requested, dtype=object)
     ok = backends.eligibility(c, gpu.sm, torch_version)
     auto = backends.select(c, gpu.sm, torch_version)
     selected = np.where(requested == "auto", auto, requested)
-    supported = np.where(selected == "eager", True, False)
+    supported = np.isin(selected, registry.names(always_runs=True))
     for name, can in ok.items():
         supported = supported | ((selected == name) & can)
     selected = np.where(supported, selected, "none")
     peak, retained = peaks_for(c, selected, gpu)
     inputs = c.input_bytes(selected)
-    cublas = np.where(np.isin(selected, ("math", "eager")), CUBLAS_WORKSPACE_BYTES * np.where(c.grad, 2, 1), 0)
+    cublas = _cublas_workspace_bytes(c, selected)
     available = gpu.memory_bytes - CUDA_CONTEXT_BYTES
     need = inputs + peak + cublas
     fits = supported & (need <= available)
@@ -151,24 +146,22 @@ def estimate_columns(c: Calls, requested, gpu: GPU, torch_version: str = backend
             rows = near & (sel == name)
             fits[rows] = replay_fits_rows(c.take(rows), str(name), gpu)
         fits = fits.reshape(np.shape(selected))
-    # flash-attn is FA2: counted and timed as SDPA's flash, executing only the tiles its window/documents keep
-    kernel = np.where(selected == "flash-attn", "flash", selected)
-    executed = flops.executed_flops(c, kernel)
-    executed = np.where(selected == "flash-attn",
-                        np.asarray(flops.counted_flops(c, kernel), dtype=np.float64) * flops.block_fraction(c),
-                        executed)
+    # a backend `priced_as` another (flash-attn: FA2) is timed as that one's kernels
+    kernel = registry.column(selected, lambda b: b.priced_as or b.name, "none").astype(object)
+    executed = flops.executed_flops(c, selected)
     return {"supported": supported, "selected_backend": selected, "peak_extra_bytes": peak,
             "forward_retained_bytes": retained, "input_bytes": inputs, "fits": fits,
-            "flops": flops.counted_flops(c, kernel), "executed_flops": executed,
+            "flops": flops.counted_flops(c, selected), "executed_flops": executed,
             "time_ms": _time_ms(c, selected, kernel, executed, gpu),
             "scores_bytes": c.B * c.Hq * c.L * c.S * c.es, "kv_bytes": 2 * c.B * c.Hk * c.S * c.D * c.es}
 
 
 def _time_ms(c: Calls, selected, kernel, executed, gpu: GPU):
-    """The timing model's time; flash-attn rows are timed as SDPA's flash on the causal (or full) call without a
-    mask tensor, scaled by the share of tiles its window or documents keep (from its source: not measured)."""
+    """The timing model's time; rows priced as another backend (flash-attn) are timed as its kernel (SDPA's flash)
+    on the causal (or full) call without a mask tensor, scaled by the share of tiles its window or documents keep
+    (from its source: not measured)."""
     time = timing.time_ms(c, kernel, executed, gpu)
-    fa = np.asarray(selected == "flash-attn")
+    fa = np.asarray(np.isin(selected, registry.names_where(lambda b: b.priced_as is not None)))
     if not fa.any():
         return time
     plain = dataclasses.replace(c, mask_bool=c.mask_bool & ~fa, causal=c.causal | (c.scausal & fa),
@@ -197,4 +190,4 @@ def estimate_call(call: AttentionCall, gpu: GPU, torch_version: str = backends.D
         executed_flops=int(round(float(cols["executed_flops"]))),
         time_ms=float(cols["time_ms"]) if supported else None,
         scores_bytes=int(cols["scores_bytes"]), kv_bytes=int(cols["kv_bytes"]),
-        error_band=ERROR_BANDS.get(backend, (0.0, 0.0)))
+        error_band=registry.get(backend).error_band if backend in registry.names() else (0.0, 0.0))

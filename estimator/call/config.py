@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from estimator.call.registry import BACKENDS
+
 DTYPE_BITS: dict[str, int] = {"float16": 16, "bfloat16": 16, "float32": 32}
 # KV-cache storage types for plans (a superset: 8- and 4-bit quantised caches).
 KV_DTYPE_BITS: dict[str, int] = {**DTYPE_BITS, "float8": 8, "int8": 8, "int4": 4}
 DTYPE_ALIASES = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32", "float": "float32"}
 
-BACKENDS = ("auto", "math", "flash", "efficient", "cudnn", "eager", "flex", "flash-attn")
-SDPA_BACKENDS = ("cudnn", "flash", "efficient", "math")  # what `auto` chooses among
 MASKS = ("none", "bool", "float")  # dense masks; structured masks are spelled window:W and document:K
 STRUCTURED_MASKS = ("window", "document")
 MODES = ("forward", "forward_backward")
@@ -148,11 +148,6 @@ class AttentionCall:
     @property
     def element_bits(self) -> int:
         return DTYPE_BITS[self.dtype]
-
-    @property
-    def gqa_group(self) -> int:
-        """Query heads per KV head (1 for plain multi-head attention)."""
-        return self.q_heads // self.kv_heads
 
     @property
     def training(self) -> bool:

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from estimator.call.shapes import Calls, cdiv, round_up
+from estimator.call import registry
+from estimator.call.shapes import Calls
+from estimator.units import cdiv, round_up
 
 CAUSAL_TILE = 128  # fused kernels skip key tiles above the diagonal; 128-row tiles (FA2 kBlockM) [approx]
 
@@ -34,9 +36,10 @@ def exact_product(*factors):
 
 
 def counted_flops(c: Calls, backend):
-    """FlopCounterMode's total for the call (forward, plus backward in forward_backward mode)."""
-    d_eff = np.where(backend == "flash", round_up(c.D, 8), c.D)
-    fused = np.isin(backend, ("flash", "efficient", "cudnn", "flex"))
+    """FlopCounterMode's total for the call (forward, plus backward in forward_backward mode), by each backend's
+    `FlopsRule` (estimator/call/registry.py); 0 for "none"."""
+    d_eff = round_up(c.D, registry.column(backend, lambda b: b.flops.head_dim_multiple, 1))
+    fused = np.isin(backend, registry.names_where(lambda b: b.flops.counted == "sdpa"))
     per_score = 4 * d_eff + np.where(c.grad, np.where(fused, 10 * d_eff, 8 * c.D), 0)
     per_score = np.where(backend == "none", 0, per_score)
     return exact_product(c.B, c.Hq, c.L, c.S, per_score)
@@ -65,9 +68,10 @@ def block_fraction(c: Calls):
 
 
 def executed_flops(c: Calls, backend):
-    """FLOPs the GPU really performs (float64, an estimate): like the counter, but fused kernels skip
-    masked causal tiles, and flex every block its BlockMask leaves out."""
+    """FLOPs the GPU really performs (float64, an estimate): like the counter, but SDPA's fused kernels skip
+    masked causal tiles, and flex and flash-attn every block their window or documents leave out."""
     counted = np.asarray(counted_flops(c, backend), dtype=np.float64)
-    fused = np.isin(backend, ("flash", "efficient", "cudnn"))
-    return np.where(backend == "flex", counted * block_fraction(c),
-                    np.where(fused, counted * causal_fraction(c), counted))
+    causal_tiles = np.isin(backend, registry.names_where(lambda b: b.flops.executed == "causal_tiles"))
+    blocks = np.isin(backend, registry.names_where(lambda b: b.flops.executed == "blocks"))
+    return np.where(blocks, counted * block_fraction(c),
+                    np.where(causal_tiles, counted * causal_fraction(c), counted))

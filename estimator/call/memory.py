@@ -3,9 +3,10 @@
 Each function replays, in order, the tensors that PyTorch 2.11 allocates and frees for the call, and
 returns the Timeline: its running peak is peak_extra_bytes, its "forward" mark the bytes still alive
 after the forward (what autograd saved, plus the output), and its event log feeds the caching-allocator
-replay that decides `fits` near the limit (estimator/allocator.py). The sequences were read from the sources named
+replay that decides `fits` near the limit (estimator/call/allocator.py). Each is registered as its backend's
+timeline (`registry.register_timeline`). The sequences were read from the sources named
 in docs/sdpa-internals.md and checked, allocation by allocation, against
-`torch.cuda.memory._record_memory_history` traces on an H200 (validation/trace.py;
+`torch.cuda.memory._record_memory_history` traces on an H200 (validation/call/allocator_trace.py;
 validation/data/h200_calibration.csv has the measured peaks they are held to).
 
 Notation: B batch, Hq/Hk query/KV heads, L q_len, S kv_len, D head_dim, es input element bytes;
@@ -16,7 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from estimator.call.shapes import Calls, Timeline, cdiv, round_up
+from estimator.call import registry
+from estimator.call.shapes import Calls
+from estimator.call.timeline import Timeline
+from estimator.units import cdiv, round_up
 
 CUDNN_FWD_WORKSPACE_BYTES = 256  # measured: cuDNN's forward graph asks for 256 B on sm90 (trace)
 
@@ -37,6 +41,7 @@ def _sizes(c: Calls):
     return P, Q, K, KE
 
 
+@registry.register_timeline("math")
 def math_timeline(c: Calls) -> Timeline:
     """`_scaled_dot_product_attention_math` (aten/src/ATen/native/transformers/attention.cpp):
     fp32 upcast of 16-bit inputs, scaled q and kᵀ, dense causal/bool mask conversion, GQA
@@ -110,8 +115,9 @@ def math_timeline(c: Calls) -> Timeline:
     return t
 
 
+@registry.register_timeline("eager")
 def eager_timeline(c: Calls, inplace_fill: bool = False) -> Timeline:
-    """The project's hand-written attention (validation/eager.py), op by op, and its autograd backward.
+    """The project's hand-written attention (validation/call/eager.py), op by op, and its autograd backward.
     `inplace_fill`: the in-place `masked_fill_` (forward only; in-place breaks autograd). Measured on the H200
     (validation/data/h200_inplace_masked_fill.csv): the same peak, one kernel fewer."""
     t, g, half, d = Timeline(), c.grad, ~c.fp32, c.has_dropout
@@ -175,6 +181,7 @@ def eager_timeline(c: Calls, inplace_fill: bool = False) -> Timeline:
     return t
 
 
+@registry.register_timeline("flex")
 def flex_timeline(c: Calls) -> Timeline:
     """flex_attention compiled (torch/_higher_order_ops/flex_attention.py; the Triton template in
     torch/_inductor/kernel/flex/): the forward writes out and its logsumexp (fp32), saved for backward; the
@@ -229,6 +236,7 @@ def flash_num_splits(c: Calls, heads, q_len, head_dim, sm_count):
     return out.reshape(np.shape(splits))
 
 
+@registry.register_timeline("flash", "flash-attn", per_gpu=True)
 def flash_timeline(c: Calls, sm_count: int) -> Timeline:
     """`_scaled_dot_product_flash_attention` (attention.cpp wrapper + cuda/flash_attn/flash_api.cpp)."""
     t, g = Timeline(), c.grad
@@ -277,7 +285,7 @@ def efficient_workspace_bytes(c: Calls):
     (BI, DN) = (64, 64) for D ≤ 64, (128, 128) for D ≤ 128, (128, round64(D)) above.
     gk, gv: only where dK/dV do not fit in registers (16-bit, D > 128): num_splits_key·64·round128(D)
     each, the key splits capped at 200 // (B·Hq) (attention_backward.cu). Read off 442 H200 traces
-    (validation/calibration.py: efficient_backward_rows), where it matches every allocation exactly."""
+    (validation/call/calibration_cases.py: efficient_backward_rows), where it matches every allocation exactly."""
     small, mid = c.D <= 64, c.D <= 128
     block_i = np.where(small, 64, 128)
     d_n = np.where(small, 64, np.where(mid, 128, round_up(c.D, 64)))
@@ -288,6 +296,7 @@ def efficient_workspace_bytes(c: Calls):
     return c.B * c.Hq * round_up(gq + gkv, 4) * 4
 
 
+@registry.register_timeline("efficient")
 def efficient_timeline(c: Calls) -> Timeline:
     """`_scaled_dot_product_efficient_attention` (cuda/attention.cu, attention_backward.cu,
     mem_eff_attention/kernel_forward.h and kernel_backward.h)."""
@@ -323,6 +332,7 @@ def efficient_timeline(c: Calls) -> Timeline:
     return t
 
 
+@registry.register_timeline("cudnn")
 def cudnn_timeline(c: Calls) -> Timeline:
     """`_scaled_dot_product_cudnn_attention` (aten/src/ATen/native/cudnn/MHA.cpp): output in q's layout,
     logsumexp only under grad, seed/offset scalars on the GPU, the graph's workspace via the
@@ -346,3 +356,9 @@ def cudnn_timeline(c: Calls) -> Timeline:
     t.alloc("dv_exp", KE, g & c.gqa)
     t.transient("workspace_bwd", Q * 4 // c.es + c.B * c.Hq * c.L * 4, g)
     return t
+
+
+def backend_timeline(c: Calls, backend: str, sm_count: int) -> Timeline:
+    """The timeline registered for `backend` (flash and flash-attn: the same FA2 kernels; flash-attn's call has no
+    mask tensor, which its inputs, not its timeline, account for)."""
+    return registry.timeline(backend, c, sm_count)

@@ -1,7 +1,7 @@
 """The kernels that the math and eager paths launch, one op at a time, with what each computes and moves.
 
 math is ATen's `_scaled_dot_product_attention_math` (aten/src/ATen/native/transformers/attention.cpp, torch 2.11);
-eager is validation/eager.py (the HF-style `softmax(q kᵀ·scale + mask) v` written in torch ops). Neither is one
+eager is validation/call/eager.py (the HF-style `softmax(q kᵀ·scale + mask) v` written in torch ops). Neither is one
 kernel: each op below is one or more kernel launches, priced by `timing` as a roofline (GEMMs: max of FLOPs at
 peak and operand + output bytes at HBM bandwidth, so the GEMV-shaped bmm of a short query over long keys costs
 its bytes) or by bytes (everything else), and the launches themselves cost host time (`kernel_count`).
@@ -46,9 +46,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from estimator.call import registry
 from estimator.call.shapes import Calls
-
-CHAIN_BACKENDS = ("math", "eager")
 
 
 @dataclass
@@ -132,7 +131,7 @@ def math_ops(c: Calls) -> list[Op]:
 
 
 def eager_ops(c: Calls) -> list[Op]:
-    """eager's chain (validation/eager.py): scores in the input dtype, softmax in fp32."""
+    """eager's chain (validation/call/eager.py): scores in the input dtype, softmax in fp32."""
     es, half, gqa, grad, drop, P, Q, K, Ke, LS, BLS, zero, on = _sizes(c)
     masked = c.causal | c.mask_bool
 
@@ -167,8 +166,11 @@ def eager_ops(c: Calls) -> list[Op]:
     return ops
 
 
+CHAINS = {"math": math_ops, "eager": eager_ops}  # one per registry.OP_CHAIN backend (a test checks)
+
+
 def chain_ops(c: Calls, backend: str) -> list[Op]:
-    return math_ops(c) if backend == "math" else eager_ops(c)
+    return CHAINS[backend](c)
 
 
 def kernel_count(c: Calls, backend) -> np.ndarray:
@@ -176,7 +178,7 @@ def kernel_count(c: Calls, backend) -> np.ndarray:
     launches are in the fitted overhead)."""
     backend = np.asarray(backend)
     out = np.float64(0.0)
-    for name in CHAIN_BACKENDS:
+    for name in registry.OP_CHAIN:
         n = sum(op.kernels for op in chain_ops(c, name))
         out = np.where(backend == name, n, out)
     return out

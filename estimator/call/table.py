@@ -10,7 +10,6 @@ import pandas as pd
 from estimator.call import backends
 from estimator.call.attention import estimate_columns
 from estimator.call.config import (
-    BACKENDS,
     CALL_COLUMNS,
     DTYPE_ALIASES,
     DTYPE_BITS,
@@ -20,6 +19,7 @@ from estimator.call.config import (
     STRUCTURED_MASKS,
     parse_mask,
 )
+from estimator.call.registry import BACKENDS
 from estimator.call.shapes import Calls
 from estimator.hardware import get_gpu
 

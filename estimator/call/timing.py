@@ -35,7 +35,8 @@ time = max(GPU work, host dispatch, serial chain) + overhead, per (backend, mode
 
 The fit factors, the ms per kernel and per step and the overhead per backend and mode are a least-squares fit of
 relative error over the H200 rows (torch 2.11) of the six measured sets below, rows of 1 ms and more weighted 1,
-shorter rows 0.25 (the target is calls >= 1 ms); the max is fitted by alternating regimes (validation/fit_time.py).
+shorter rows 0.25 (the target is calls >= 1 ms); the max is fitted by alternating regimes
+(validation/timing/fit_time.py).
 Reproduce the committed constants with
 
     python -m validation.fit_time validation/data/h200_calibration.csv validation/data/h200_heldout.csv \
@@ -51,10 +52,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from estimator.call import op_chain
+from estimator.call import op_chain, registry
 from estimator.call.flops import block_fraction
-from estimator.call.shapes import Calls, cdiv, round_up
+from estimator.call.shapes import Calls
 from estimator.hardware import GPU
+from estimator.units import cdiv, round_up
 
 FLEX_FLOP_SHARE = 0.85  # flex's FLOP rate relative to flash's (the FlexAttention paper, §5)
 # (flop_fit 16-bit, flop_fit fp32, masked_flop_fit, bw_fit, exp_fit, dropout_fit, gemm_fit, wide_flop_fit,
@@ -78,7 +80,6 @@ for _g in (False, True):  # flex: flash's compute rates times FLEX_FLOP_SHARE, f
                                  round(_m * FLEX_FLOP_SHARE, 3), _b, _e, _r, _gm, round(_w * FLEX_FLOP_SHARE, 3),
                                  *_rest)
 
-FUSED = ("flash", "efficient", "cudnn", "flex")
 # query-tile rows of the forward kernel: FA2's split-KV forward kBlockM 64 (flex: 128-row blocks); cuDNN's
 # Hopper kernel 128; the efficient (CUTLASS) kernel 64 for head_dim <= 128, 32 above (its *_32x128_gmem kernels)
 SPLIT_KV = ("flash", "flex")  # forwards that split the key loop over CTAs when B·H·tiles is below the SM count
@@ -130,7 +131,7 @@ def executed_tile_flops(c: Calls, backend, executed, sms: int, per_score: bool =
     kf, kb = (score_passes[0] / d, score_passes[1] / d) if per_score else (4.0, 10.0)
     fwd = kf * base * np.where(np.isin(backend, SPLIT_KV), 1.0, wave_factor(fwd_ctas, sms))
     bwd = np.where(c.grad, kb * base * wave_factor(bwd_ctas, sms), 0.0)
-    fused = np.isin(backend, FUSED)
+    fused = np.isin(backend, registry.FUSED)
     return np.where(fused, fwd + bwd, 0.0 if per_score else executed)
 
 
@@ -170,7 +171,7 @@ def chain_terms(c: Calls, backend, gpu: GPU):
     backend = np.asarray(backend)
     bw = gpu.hbm_bytes_per_s / 1e3
     out = [np.float64(0.0)] * 3
-    for name in op_chain.CHAIN_BACKENDS:
+    for name in registry.OP_CHAIN:
         sel = backend == name
         if not np.any(sel):
             continue
@@ -214,7 +215,7 @@ def time_terms(c: Calls, backend, executed, gpu: GPU):
     fused = [np.where(masked | c.fp32 | wide, 0.0, comp), np.where(~masked & c.fp32, comp, 0.0),
              np.where(masked, comp, 0.0), mem, scores, drop]
     gemm, ew, cdrop = chain_terms(c, backend, gpu)
-    chain = np.isin(backend, op_chain.CHAIN_BACKENDS)
+    chain = np.isin(backend, registry.OP_CHAIN)
     terms = [np.where(chain, x, f) for x, f in zip((0.0, 0.0, 0.0, ew, 0.0, cdrop), fused, strict=True)] + \
         [np.where(chain, gemm, 0.0), np.where(chain | ~wide, 0.0, comp)]
     return np.stack(np.broadcast_arrays(*terms), axis=-1)

@@ -7,11 +7,11 @@ Bad input is one line on stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from estimator.call.config import MASKS, check_positive_int
-from estimator.cli.plan import add_plan_arguments, inputs_from_args
+from estimator.cli.plan import add_plan_arguments, image_request, inputs_from_args
+from estimator.files import strict_json
 
 
 class _Parser(argparse.ArgumentParser):
@@ -59,18 +59,28 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from estimator.advice.plan_rules import advise
 
-        inputs = inputs_from_args(args)
-        items = advise(inputs, **_call_options(args))
+        request = image_request(args)
+        if request is not None:  # Swin or a vision-language model: where the memory goes, tower by tower
+            from estimator.advice.vision_rules import vision_advice
+            from estimator.model.vision_plan import vision_plan
+
+            items = vision_advice(vision_plan(request, solve=False))
+        else:
+            inputs = inputs_from_args(args)
+            items = advise(inputs, **_call_options(args))
     except ValueError as exc:
         text = str(exc)
         if text.startswith("cached_len:"):
             text = "--cached-len:" + text.removeprefix("cached_len:")
         print(f"error: {text}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps({"advice": [a.to_dict() for a in items]}, indent=2))
-    else:
-        print(format_advice(items))
+    try:
+        text = (strict_json({"advice": [a.to_dict() for a in items]}, "advise", indent=2) if args.json
+                else format_advice(items))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(text)
     return 0
 
 

@@ -7,12 +7,20 @@ The advisor CLI reuses `add_plan_arguments` and `inputs_from_args`.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import replace
 from functools import partial
 
-from estimator.call.config import BACKENDS, KV_DTYPE_BITS
+from estimator.call.config import KV_DTYPE_BITS
+from estimator.call.registry import BACKENDS
+from estimator.cli.vision_args import (
+    add_image_arguments,
+    encoder_token_dict,
+    encoder_tokens,
+    text_only_note,
+    vision_request,
+)
+from estimator.files import refuse_same_file, strict_json
 from estimator.hardware import CATALOG
 from estimator.model.budget import Plan
 from estimator.model.hf_config import from_hf_config
@@ -21,6 +29,7 @@ from estimator.model.plan import make_plan
 from estimator.model.presets import PRESETS, get_preset
 from estimator.model.recipes import OPTIMIZERS, PRECISIONS
 from estimator.model.specs import ModelSpec
+from estimator.model.vision_presets import VISION_PRESETS
 from estimator.units import gib
 
 _gib = partial(gib, missing="-", mib_below_1gib=False)  # the table's style: always GiB
@@ -44,7 +53,7 @@ ARCH_FLAGS = {"layers": "layers", "hidden": "hidden", "heads": "q_heads", "kv_he
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     """Every flag of contract §3 (and a few more) on `parser`."""
     model = parser.add_argument_group("model (a preset, a config.json, or the architecture flags)")
-    model.add_argument("--preset", help=f"one of: {', '.join(PRESETS)}")
+    model.add_argument("--preset", help=f"one of: {', '.join([*PRESETS, *VISION_PRESETS])}")
     model.add_argument("--config", metavar="PATH", help="a local Hugging Face config.json (never fetched)")
     for flag, help_text in (("--layers", "transformer layers"), ("--hidden", "model width"),
                             ("--heads", "query heads"), ("--kv-heads", "kv heads (default: --heads)"),
@@ -96,6 +105,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     hw.add_argument("--sequence-parallel", action="store_true",
                     help="training with --tp: split norm and residual activations tp ways too (Megatron-LM)")
     hw.add_argument("--torch", dest="torch_version", default=D["torch_version"], help="PyTorch version modelled")
+    add_image_arguments(parser)
 
 
 def _model_from_args(args: argparse.Namespace) -> ModelSpec:
@@ -151,15 +161,29 @@ def _flagged(exc: ValueError) -> ValueError:
 
 
 def inputs_from_args(args: argparse.Namespace) -> PlanInputs:
-    """PlanInputs from parsed flags; ValueError naming the flag on bad input."""
+    """PlanInputs from parsed flags; ValueError naming the flag on bad input. A ViT encoder with --image-size takes
+    its tokens from the image ((H//p)(W//p) + 1) and plans --images images per batch entry."""
     try:
         model = _model_from_args(args)
-        seq_len = args.seq_len
+        seq_len, images = encoder_tokens(model, args)
+        seq_len = seq_len or args.seq_len
         if seq_len is None:
             if model.kind != "encoder" or not model.patch_size > 1:
                 raise ValueError("--seq-len: required (tokens per sequence)")
             seq_len = model.native_tokens
-        return PlanInputs(model=model, seq_len=seq_len, batch=args.batch, dtype=args.dtype, kv_dtype=args.kv_dtype,
+        batch = args.batch
+        if model.kind == "encoder" and images != 1:
+            batch = _int("--batch", batch) * _int("--images", images)
+        return workload_inputs(args, model, seq_len, batch)
+    except ValueError as exc:
+        raise _flagged(exc) from None
+
+
+def workload_inputs(args: argparse.Namespace, model: ModelSpec, seq_len, batch=None) -> PlanInputs:
+    """The PlanInputs of the workload flags for `model` at `seq_len` tokens."""
+    try:
+        return PlanInputs(model=model, seq_len=seq_len, batch=args.batch if batch is None else batch,
+                          dtype=args.dtype, kv_dtype=args.kv_dtype,
                           mode=args.mode, checkpointing=args.checkpointing, precision=args.precision,
                           optimizer=args.optimizer,
                           window=None if args.window is None else args.window, backend=args.backend,
@@ -171,6 +195,25 @@ def inputs_from_args(args: argparse.Namespace) -> PlanInputs:
                           hbm_efficiency=args.hbm_efficiency)
     except ValueError as exc:
         raise _flagged(exc) from None
+
+
+def image_request(args: argparse.Namespace):
+    """A VisionRequest for a Swin or vision-language model (preset or config.json); None for every other model."""
+    try:
+        return vision_request(args, lambda model, n: workload_inputs(args, model, n))
+    except ValueError as exc:
+        raise _flagged(exc) from None
+
+
+def _print_vision(request, args) -> int:
+    from estimator.model.vision_plan import vision_plan
+    from estimator.model.vision_report import format_vision_table
+
+    plan = vision_plan(request)
+    if args.xlsx or args.trace or args.smallest_gpu:
+        raise ValueError("--xlsx: the workbook, --trace and --smallest-gpu are not built for image models yet")
+    print(strict_json(plan.to_dict(), "plan", indent=2) if args.json else format_vision_table(plan))
+    return 0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -191,9 +234,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        request = image_request(args)
+        if request is not None:
+            return _print_vision(request, args)
         inputs = inputs_from_args(args)
         plan = make_plan(inputs)
         result = plan.to_dict()
+        if inputs.model.kind == "encoder":
+            result["tokens"] = encoder_token_dict(inputs, args)
+        note = text_only_note(inputs.model)
+        if note:
+            result["assumptions"].insert(0, note)
         if args.smallest_gpu:
             from estimator.model.solve import smallest_gpu
 
@@ -202,18 +253,17 @@ def main(argv: list[str] | None = None) -> int:
             from estimator.model.trace import load_trace, trace_report
 
             result["trace"] = trace_report(inputs, load_trace(args.trace))
+        text = strict_json(result, "plan", indent=2) if args.json else format_table(plan, result)
         if args.xlsx:
             from estimator.advice.plan_rules import advise
             from estimator.report.xlsx import write_plan_xlsx
 
+            refuse_same_file(args.xlsx, (args.config, args.trace, args.calibration), "--xlsx")
             write_plan_xlsx(args.xlsx, plan, advise(inputs))
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(format_table(plan, result))
+    print(text)
     return 0
 
 
@@ -271,7 +321,8 @@ def format_table(plan: Plan, result: dict) -> str:
         from estimator.model.trace import format_trace
 
         lines += ["", format_trace(result["trace"])]
-    lines += ["", "assumptions"] + [f"  - {a}" for a in plan.assumptions]
+    note = text_only_note(inp.model)
+    lines += ["", "assumptions"] + [f"  - {a}" for a in ((note,) if note else ()) + tuple(plan.assumptions)]
     return "\n".join(lines)
 
 

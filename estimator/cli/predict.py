@@ -13,6 +13,7 @@ import csv
 import io
 import re
 import sys
+from collections import deque
 from collections.abc import Iterator
 
 import numpy as np
@@ -20,6 +21,7 @@ import pandas as pd
 
 from estimator.call import backends
 from estimator.call.table import check_columns, predict_frame
+from estimator.files import atomic_output, refuse_same_file
 from estimator.hardware import get_gpu
 
 CHUNK_ROWS = 50_000
@@ -28,17 +30,48 @@ MAX_LINE_CHARS = 1 << 24  # a longer physical line (or an endless file such as /
 _UNDECODABLE = re.compile("[\udc80-\udcff]")  # bytes that were not UTF-8, kept by surrogateescape
 
 
-def _lines(fh, source: str) -> Iterator[str]:
-    """Physical lines, none longer than MAX_LINE_CHARS (readline with a limit: an endless line stops there)."""
-    number = 0
-    while True:
-        line = fh.readline(MAX_LINE_CHARS)
+class _Lines:
+    """Physical lines of the file, none longer than MAX_LINE_CHARS (readline with a limit: an endless line stops
+    there), each with its line number; `taken` holds the lines of the record being read, and lines can be
+    pushed back (the lines a stray quote swallowed are read again as rows)."""
+
+    def __init__(self, fh, source: str):
+        self.fh, self.source = fh, source
+        self.number = 0
+        self.pending: deque[tuple[int, str]] = deque()
+        self.taken: list[tuple[int, str]] = []
+
+    def __iter__(self):
+        return self
+
+    def _read(self) -> tuple[int, str] | None:
+        if self.pending:
+            return self.pending.popleft()
+        line = self.fh.readline(MAX_LINE_CHARS)
         if not line:
-            return
-        number += 1
+            return None
+        self.number += 1
         if len(line) >= MAX_LINE_CHARS and not line.endswith("\n"):
-            raise ValueError(f"{source}: line {number} is longer than {MAX_LINE_CHARS:,} characters")
-        yield line
+            raise ValueError(f"{self.source}: line {self.number} is longer than {MAX_LINE_CHARS:,} characters")
+        return self.number, line
+
+    def __next__(self) -> str:
+        item = self._read()
+        if item is None:
+            raise StopIteration
+        self.taken.append(item)
+        return item[1]
+
+def _stray_quote(text: str) -> bool:
+    """A record's text that a strict reader refuses: a quote left open to the end of the file, or a quote that
+    closes where no field ends (`"auto,...` on one line closed by the `"` of a later quoted cell). A quoted cell
+    that holds a line break (written by any CSV writer) reads strictly without fault."""
+    try:
+        for _ in csv.reader(io.StringIO(text, newline=""), strict=True):
+            pass
+    except csv.Error:
+        return True
+    return False
 
 
 def _row_error(cells: list[str], width: int, record: int) -> str:
@@ -62,10 +95,11 @@ def read_csv_chunks(path, chunk_rows: int = CHUNK_ROWS) -> tuple[list[str], Iter
     The header is checked at once (ValueError, one line); rows the reader garbles (wrong field count, bytes that
     are not UTF-8, an over-long field) get an error of their own. A UTF-8 BOM is dropped."""
     fh = open(path, encoding="utf-8-sig", errors="surrogateescape", newline="")  # noqa: SIM115 - closed by rows()
+    lines = _Lines(fh, "input CSV")
     previous = csv.field_size_limit()
     try:
         csv.field_size_limit(MAX_LINE_CHARS)
-        reader = csv.reader(_lines(fh, "input CSV"))
+        reader = csv.reader(lines)
         header = next(reader, None)
     except csv.Error as exc:
         fh.close()
@@ -88,20 +122,50 @@ def read_csv_chunks(path, chunk_rows: int = CHUNK_ROWS) -> tuple[list[str], Iter
         raise
     width = len(header)
 
+    def records() -> Iterator[tuple[list[str], str]]:
+        """(cells, reader error) per record. A record that spans several lines and reads wrongly under a strict
+        reader (_stray_quote), or whose field outgrows the size limit, holds a stray quote: its first line is an
+        error row that says so, and the lines it swallowed are read again as rows."""
+        nonlocal reader
+        record = 1
+        while True:
+            lines.taken = []
+            try:
+                raw = next(reader, None)
+            except csv.Error as exc:  # a field past the size limit: a stray quote swallowing the file, or garbage
+                if len(lines.taken) < 2:
+                    raise ValueError(f"input CSV: unreadable at line {lines.number} ({exc})") from None
+                raw = None
+                stray = True
+            else:
+                if raw is None:
+                    return
+                stray = len(lines.taken) > 1 and _stray_quote("".join(t for _, t in lines.taken))
+            record += 1
+            if stray:
+                first, text = lines.taken[0]
+                lines.pending.extendleft(reversed(lines.taken[1:]))
+                reader = csv.reader(lines)  # a fresh parser state for the lines pushed back
+                cells = [_clean(c)[:MAX_FIELD_CHARS] for c in next(csv.reader([text.replace('"', "")]), [])]
+                yield cells, (f"row {record} (line {first}): unbalanced quote (a field opened with \" on this line "
+                              "is not closed on it); the lines after it are read as rows")
+                continue
+            if not raw:
+                continue  # a blank line is no row (as pyarrow's reader and pandas skip it)
+            error = _row_error(raw, width, record)
+            if error:
+                raw = [_clean(c)[:MAX_FIELD_CHARS] for c in raw]
+            yield raw, error
+
     def rows() -> Iterator[tuple[pd.DataFrame, np.ndarray]]:
         previous = csv.field_size_limit()
-        record, yielded = 1, False
+        yielded = False
+        source = records()
         try:
             csv.field_size_limit(MAX_LINE_CHARS)
             while True:
                 cells, errors = [], []
-                for raw in reader:
-                    record += 1
-                    if not raw:
-                        continue  # a blank line is no row (as pyarrow's reader and pandas skip it)
-                    error = _row_error(raw, width, record)
-                    if error:
-                        raw = [_clean(c)[:MAX_FIELD_CHARS] for c in raw]
+                for raw, error in source:
                     cells.append((raw + [""] * width)[:width])
                     errors.append(error)
                     if len(cells) >= chunk_rows:
@@ -112,24 +176,11 @@ def read_csv_chunks(path, chunk_rows: int = CHUNK_ROWS) -> tuple[list[str], Iter
                 yield pd.DataFrame(cells, columns=header, dtype=object), np.asarray(errors, dtype=object)
                 if len(cells) < chunk_rows:
                     return
-        except csv.Error as exc:
-            raise ValueError(f"input CSV: unreadable after row {record} ({exc})") from None
         finally:
             csv.field_size_limit(previous)
             fh.close()
 
     return header, rows()
-
-
-def read_csv_text(path) -> pd.DataFrame:
-    """The whole file as text cells (for callers that want one frame); reader errors in an `error` column."""
-    _header, chunks = read_csv_chunks(path)
-    frames, errors = zip(*chunks, strict=True)
-    df = pd.concat(frames, ignore_index=True)
-    joined = np.concatenate(errors)
-    if (joined != "").any():
-        df["error"] = joined
-    return df
 
 
 def _csv_bytes(df: pd.DataFrame, header: bool) -> bytes:
@@ -156,38 +207,60 @@ def _csv_bytes(df: pd.DataFrame, header: bool) -> bytes:
     raise ValueError("output: a value cannot be written as CSV")  # pragma: no cover - "needed" quotes anything
 
 
+def error_column(header) -> str:
+    """The column predict writes its row errors to: `error` (contract §2), or, when the input has a column of
+    that name already (a validation run's output, say), `predict_error` (then `predict_error_2`, ...), so the
+    user's own column is copied through untouched like every other extra column."""
+    if "error" not in header:
+        return "error"
+    name, n = "predict_error", 2
+    while name in header:
+        name, n = f"predict_error_{n}", n + 1
+    return name
+
+
 def predict_file(src, dst, gpu: str, torch_version: str = backends.DEFAULT_TORCH,
-                 chunk_rows: int = CHUNK_ROWS) -> int:
-    """Stream src through predict_frame into dst, chunk by chunk; returns the number of rows."""
+                 chunk_rows: int = CHUNK_ROWS, note=None) -> int:
+    """Stream src through predict_frame into dst, chunk by chunk; returns the number of rows. dst is written
+    through a temporary file renamed when every row is written (estimator/files.py), so a failure leaves an
+    earlier dst as it was; dst being src (also through a link) is refused."""
     get_gpu(gpu)
     torch_version = backends.check_torch_version(torch_version)
-    _header, chunks = read_csv_chunks(src, chunk_rows)
+    refuse_same_file(dst, [src], "-o")
+    header, chunks = read_csv_chunks(src, chunk_rows)
+    ours = error_column(header)
+    kept = None
+    if ours != "error":
+        kept = "\x00error"  # the user's column, renamed while predict_frame writes its own `error`
+        if note is not None:
+            note(f"the input has its own `error` column (copied through); predict's row errors are in `{ours}`")
     rows = 0
     try:
-        out = open(dst, "wb")  # noqa: SIM115 - closed below, also when a chunk fails
-    except IsADirectoryError:
-        raise ValueError(f"-o {dst}: is a folder; give a file name") from None
-    except FileNotFoundError:
-        raise ValueError(f"-o {dst}: the folder does not exist") from None
-    with out:
-        first = next(chunks)  # always one, an empty frame for a file with no rows
-        second = next(chunks, None)
-        # One chunk: an `error` column only when a row has an error (as ever). Several: always, so that every
-        # chunk writes the same columns.
-        several = second is not None
+        with atomic_output(dst, "-o", "wb") as out:
+            first = next(chunks)  # always one, an empty frame for a file with no rows
+            second = next(chunks, None)
+            # One chunk: an error column only when a row has an error (as ever). Several: always, so that every
+            # chunk writes the same columns.
+            several = second is not None
 
-        def all_chunks():
-            yield first
-            if several:
-                yield second
-                yield from chunks
+            def all_chunks():
+                yield first
+                if several:
+                    yield second
+                    yield from chunks
 
-        for df, errors in all_chunks():
-            result = predict_frame(df, gpu, torch_version, row_errors=errors)
-            if several and "error" not in result.columns:
-                result["error"] = ""
-            out.write(_csv_bytes(result, header=rows == 0))
-            rows += len(df)
+            for df, errors in all_chunks():
+                if kept:
+                    df = df.rename(columns={"error": kept})
+                result = predict_frame(df, gpu, torch_version, row_errors=errors)
+                if several and "error" not in result.columns:
+                    result["error"] = ""
+                if kept:
+                    result = result.rename(columns={"error": ours}).rename(columns={kept: "error"})
+                out.write(_csv_bytes(result, header=rows == 0))
+                rows += len(df)
+    finally:
+        chunks.close()
     return rows
 
 
@@ -199,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--torch", default=backends.DEFAULT_TORCH, help="PyTorch version modelled (2.11, 2.13)")
     args = parser.parse_args(argv)
     try:
-        predict_file(args.input, args.output, args.gpu, args.torch)
+        predict_file(args.input, args.output, args.gpu, args.torch,
+                     note=lambda text: print(f"note: {text}", file=sys.stderr))
     except ValueError as exc:
         print(f"error: {(str(exc).splitlines() or ['invalid input'])[0]}", file=sys.stderr)
         return 2

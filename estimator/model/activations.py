@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from estimator.call.shapes import cdiv
 from estimator.model.blocks import (
     MoeShape,
     mla_attention_live,
@@ -16,8 +15,10 @@ from estimator.model.blocks import (
     sinks_eager_peak,
     sinks_eager_saved,
 )
-from estimator.model.inputs import LayerAttention, PlanInputs, Sizes
+from estimator.model.inputs import PlanInputs, Sizes
+from estimator.model.layer_attention import LayerAttention
 from estimator.model.state import optimizer_step_bytes
+from estimator.units import cdiv
 
 
 def inference_activations(inputs: PlanInputs, attn: list[LayerAttention], z: Sizes,

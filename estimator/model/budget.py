@@ -13,13 +13,13 @@ from functools import partial
 
 from estimator.call.attention import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
 from estimator.call.config import KV_DTYPE_BITS, element_bytes
-from estimator.call.shapes import cdiv
 from estimator.model.activations import inference_activations, largest_allocation_bytes, training_peak
 from estimator.model.assumptions import assumptions
-from estimator.model.inputs import ECHOED_INPUTS, LayerAttention, PlanInputs, Sizes, attention_layers, gpu_of
+from estimator.model.inputs import ECHOED_INPUTS, PlanInputs, Sizes, gpu_of
+from estimator.model.layer_attention import LayerAttention, attention_layers
 from estimator.model.state import model_state
 from estimator.model.time import plan_flops, plan_times
-from estimator.units import gib
+from estimator.units import cdiv, gib
 
 # The budget's rows, by the stable key code finds them with (the label is what a user reads, and may change).
 COMPONENT_KEYS = ("weights", "gradients", "optimizer_state", "optimizer_step", "activations", "weight_casts",

@@ -99,6 +99,7 @@ def from_hf_config(path_or_dict, name: str | None = None) -> ModelSpec:
         label = name or (path.parent.name if stem == "config" and path.parent.name else stem)
     if not isinstance(cfg, dict):
         raise ValueError("config: expected a JSON object at the top level")
+    multimodal = cfg.get("model_type") if isinstance(cfg.get("vision_config"), dict) else None
     if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" not in cfg:
         text = cfg["text_config"]
         cfg = {**text, "model_type": text.get("model_type") or cfg.get("model_type"),
@@ -106,6 +107,9 @@ def from_hf_config(path_or_dict, name: str | None = None) -> ModelSpec:
     model_type = str(cfg.get("model_type") or "").lower()
     if model_type == "vit":
         return _vit_from_hf(cfg, label)
+    if model_type == "swin":  # stage by stage: estimator.model.vision.swin_from_hf (plan --config dispatches there)
+        raise ValueError("config: model_type 'swin' is planned stage by stage (python -m estimator plan --config "
+                         "FILE), not as one transformer")
     if model_type and model_type not in _HF_DEFAULTS:
         raise ValueError(f"config: model_type {model_type!r} is not modelled; known: vit, "
                          f"{', '.join(sorted(_HF_DEFAULTS))}")
@@ -142,7 +146,9 @@ def from_hf_config(path_or_dict, name: str | None = None) -> ModelSpec:
         qk_norm=bool(defaults.get("qk_norm")), attention_sinks=bool(defaults.get("attention_sinks")),
         query_pre_attn_scalar=cfg.get("query_pre_attn_scalar") if model_type.startswith("gemma") else None,
         final_logit_softcap=cfg.get("final_logit_softcapping"),
-        source=f"Hugging Face config.json ({model_type or '?'})", **kw)
+        source=f"Hugging Face config.json ({model_type or '?'})" + (
+            f"; the language model of a {multimodal} vision-language file only: its vision tower and projector are "
+            "not in this spec (python -m estimator plan --config plans all three)" if multimodal else ""), **kw)
 
 
 def _mla_from_hf(cfg: dict, heads: int) -> dict:

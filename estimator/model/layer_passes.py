@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from estimator.call.config import DTYPE_BITS
-from estimator.call.shapes import cdiv
 from estimator.model.kernel_prices import Kernels
+from estimator.units import cdiv
 
 if TYPE_CHECKING:
     from estimator.model.inputs import PlanInputs

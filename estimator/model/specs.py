@@ -124,8 +124,10 @@ class ModelSpec:
         if self.kind == "encoder":
             for field in ("image_size", "patch_size"):
                 check_positive_int(field, getattr(self, field), 1 << 16)
-            if self.image_size % self.patch_size:
-                raise ValueError(f"patch_size: {self.patch_size} does not divide image_size {self.image_size}")
+            if self.image_size < self.patch_size:
+                raise ValueError(f"patch_size: {self.patch_size} is larger than image_size {self.image_size}")
+            # a partial edge patch is dropped (the Conv2d patch embedding floors: ViT-H/14 at 1024 px runs 73 x 73
+            # patches in transformers 5.17 vit/modeling_vit.py ViTPatchEmbeddings), so no divisibility is required
         for field in ("query_pre_attn_scalar", "final_logit_softcap"):
             value = optional_float(field, getattr(self, field))
             object.__setattr__(self, field, value if value is not None and value > 0 else None)
@@ -321,12 +323,6 @@ class ModelSpec:
         return self._moe_ffn_params() if self.experts else 0
 
     @property
-    def params_per_layer(self) -> int:
-        """Parameters of one layer; MoE models: of an MoE layer (dense layers: layer_params[i])."""
-        ffn = self.moe_params_per_layer if self.moe_layers else self.ffn_params_per_layer
-        return self.attention_params_per_layer + ffn + self.norms_per_layer * self.norm_params
-
-    @property
     def layer_params(self) -> tuple[int, ...]:
         """Parameters of each layer (all experts resident)."""
         base = self.attention_params_per_layer + self.norms_per_layer * self.norm_params
@@ -335,7 +331,7 @@ class ModelSpec:
 
     @property
     def native_tokens(self) -> int:
-        """Encoders: patches at the native resolution plus the class token; decoders: 0."""
+        """Encoders: patches at the native resolution (floored grid) plus the class token; decoders: 0."""
         return (self.image_size // self.patch_size) ** 2 + 1 if self.kind == "encoder" else 0
 
     @property

@@ -5,9 +5,9 @@ figures and their sources)."""
 from __future__ import annotations
 
 from estimator.call.config import element_bytes
-from estimator.call.shapes import cdiv
 from estimator.model.inputs import PlanInputs
 from estimator.model.recipes import optimizer_state_bytes, optimizer_step_transient_bytes
+from estimator.units import cdiv
 
 
 def model_state(inputs: PlanInputs) -> tuple[int, int, int]:

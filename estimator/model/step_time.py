@@ -34,16 +34,18 @@ kernels, torch.compile. Error band: `TIME_ERROR_BAND` (measured / planned over t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from estimator.call.config import DTYPE_BITS
-from estimator.call.shapes import cdiv
 from estimator.hardware import GPU
 from estimator.model import layer_passes as passes
 from estimator.model.kernel_prices import KernelConstants, Kernels
+from estimator.units import cdiv
 
 if TYPE_CHECKING:
-    from estimator.model.inputs import LayerAttention, PlanInputs
+    from estimator.model.inputs import PlanInputs
+    from estimator.model.layer_attention import LayerAttention
 
 # HF's eager Python: per decoder-layer call (module __call__s, cache bookkeeping; host time that overlaps queued
 # device work) and per model forward (mask and rotary set-up, output dataclasses, the first kernels' start: host
@@ -92,7 +94,7 @@ def decode_graph_builds(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU
     """cuDNN graphs a decode step builds: one per distinct shape among the layers whose key length grows each step
     (global layers, or windows not yet full) when SDPA runs their q_len = 1 call on cuDNN."""
     from estimator.call.attention import estimate_call
-    from estimator.model.inputs import attention_call
+    from estimator.model.layer_attention import attention_call
 
     shapes = set()
     for a in attn:
@@ -101,7 +103,7 @@ def decode_graph_builds(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU
         S = inputs.seq_len + 1
         call = attention_call(inputs, span=S, q_len=1, kv_len=S, causal=False, mode="forward")
         try:
-            est = estimate_call(call, gpu)
+            est = estimate_call(call, gpu, inputs.torch_version)
         except ValueError:
             continue
         if est.supported and est.selected_backend == "cudnn":
@@ -109,64 +111,68 @@ def decode_graph_builds(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU
     return len(shapes)
 
 
+@dataclass(frozen=True)
+class _Step:
+    """What the passes of one step share: the plan, its layers' attention, the kernel prices, the compute dtype
+    and the per-GPU shapes (b sequences of n tokens, T = b·n, V the head's width per GPU)."""
+
+    inputs: PlanInputs
+    attn: list
+    kern: Kernels
+    dtype: str
+    autocast: bool
+    unsupported: bool
+
+    @property
+    def training(self) -> bool:
+        return self.inputs.mode == "training"
+
+    @property
+    def es(self) -> int:
+        return passes.element_bytes(self.dtype)
+
+    @property
+    def b(self) -> int:
+        return self.inputs.batch_per_gpu
+
+    @property
+    def T(self) -> int:
+        return self.inputs.batch_per_gpu * self.inputs.tokens_per_gpu
+
+    @property
+    def V(self) -> int:
+        m = self.inputs.model
+        return cdiv(m.vocab, self.inputs.tp) if m.kind == "decoder" else m.vocab
+
+    @property
+    def rdt(self) -> str:
+        """The residual stream's dtype (fp32 under autocast)."""
+        return "float32" if self.autocast else self.dtype
+
+    @property
+    def backend(self) -> str:
+        attn = self.attn
+        return attn[-1].timing.selected_backend if attn and not self.unsupported else self.inputs.backend
+
+    def core(self, a, which) -> float:
+        """The attention core's time of one layer kind (`which`: timing or forward_timing), per GPU."""
+        if self.unsupported:
+            return 0.0
+        est = getattr(a, which)
+        return (est.time_ms or 0.0) / self.inputs.cp if est is not None else 0.0
+
+
 def step_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_gpu: int, weights: int,
                kv_cache: int, constants: KernelConstants, *, unsupported: bool) -> dict:
     """Per-GPU wall times (ms) and their kernel-class split; see the module docstring."""
-    m = inputs.model
-    kern = Kernels(constants, gpu)
     recipe = inputs.recipe
     training = inputs.mode == "training"
     dtype = recipe.compute_dtype if (training and recipe) else inputs.dtype
     autocast = bool(training and recipe and recipe.autocast)
-    es = passes.element_bytes(dtype)
-    b, n, H = inputs.batch_per_gpu, inputs.tokens_per_gpu, m.hidden
-    T = b * n
-    V = cdiv(m.vocab, inputs.tp) if m.kind == "decoder" else m.vocab
-    moe_layers = m.moe_layers
+    st = _Step(inputs=inputs, attn=attn, kern=Kernels(constants, gpu), dtype=dtype, autocast=autocast,
+               unsupported=unsupported)
     sync = constants.sync_ms
-    rdt = "float32" if autocast else dtype
-
-    def core(a, which):
-        if unsupported:
-            return 0.0
-        est = getattr(a, which)
-        return (est.time_ms or 0.0) / inputs.cp if est is not None else 0.0
-
-    backend = attn[-1].timing.selected_backend if attn and not unsupported else inputs.backend
-
-    # ---- forward pass (prefill, or the training forward)
-    fwd = passes.Pass()
-    which_fwd = "forward_timing" if training else "timing"
-    per_kind_layers = []
-    for a in attn:  # layers by window; each window group split into dense and MoE layers proportionally
-        frac_moe = moe_layers / m.layers if m.layers else 0.0
-        for moe, count in ((False, a.layers * (1 - frac_moe)), (True, a.layers * frac_moe)):
-            if count <= 0:
-                continue
-            lp = passes.layer_forward(inputs, kern, T, dtype, autocast, moe, core(a, which_fwd), backend)
-            if a.kv_repeat_bytes:
-                passes.mem(lp, kern, "copy", a.kv_repeat_bytes / es, dtype)
-            if m.attention_sinks and backend == "eager" and a.timing is not None:
-                passes.sinks_eager(lp, kern, a.timing.call, dtype)
-            lp.add("host", 0.0, LAYER_PYTHON_MS, 0)  # overlaps the GPU work queued before it
-            fwd.merge(lp, count)
-            per_kind_layers.append((a, moe, count, lp))
-    # model level: embedding gather, (Gemma's scale), final norm, head, masks and rotary set-up
-    passes.mem(fwd, kern, "copy", T * H, rdt)
-    passes.norm(fwd, kern, "rmsnorm" if m.norm == "rmsnorm" else "layernorm", T * H, rdt)
-    fwd.add("memory_bound", 0.0, kern.k.launch_floor_ms * 10, 10)  # position ids, cos/sin, mask set-up
-    fwd.add("python", 0.0, MODEL_PYTHON_MS, 0)
-    if m.kind == "decoder":
-        rows = T if (training or inputs.logits == "all") else b
-    else:
-        conv = m.channels * m.patch_size**2
-        passes.gemm(fwd, kern, max(T - b, 1), H, conv, dtype, cast_weight=autocast)
-        rows = b
-    passes.gemm(fwd, kern, rows, V, H, dtype, cast_weight=autocast)
-    if training:  # HF's loss: logits.float(), cross_entropy (forward and its backward measured together)
-        passes.mem(fwd, kern, "cast_bf16_fp32", rows * V)
-        g, kn = kern.mem_ms("cross_entropy_fwd_bwd", rows * V, "float32")
-        fwd.add("memory_bound", g / 3, kern.k.launch_floor_ms * 2, 2)
+    fwd, per_kind_layers, rows = _forward_pass(st)
 
     result: dict = {}
     split: dict = {}
@@ -175,41 +181,9 @@ def step_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_
         split["prefill"] = fwd.split(sync)
         step_ms = prefill_ms
     else:
-        bwd = passes.Pass()
-        for a, moe, count, lp in per_kind_layers:
-            core_fb = core(a, "timing")
-            core_f = core(a, "forward_timing")
-            lb = passes.backward_of(lp, kern, passes.gemm_backward_ms(inputs, kern, T, dtype, moe, autocast),
-                              max(core_fb - core_f, 0.0))
-            if autocast:  # AccumulateGrad: the 16-bit weight gradients cast into the fp32 .grad
-                lparams = sum(n_ * k_ * c for n_, k_, c in passes.linear_shapes(inputs)[0] if n_ > 1)
-                lparams += (cdiv(m._attention_matmul_params(), inputs.tp) if m.kv_lora_rank else 0)
-                ffn_params = (3 if m.gated_ffn else 2) * H * cdiv(m.ffn, inputs.tp)
-                g, kn = kern.mem_ms("cast_bf16_fp32", lparams + ffn_params)
-                lb.add("memory_bound", g, kern.k.launch_floor_ms * 9, 9)
-            if inputs.checkpointing in ("full", "hf"):
-                lb.merge(lp)  # the layer's forward re-run inside its backward
-            elif inputs.checkpointing == "selective":
-                lb.add("attention", core_f, 0.0, 0)
-            bwd.merge(lb, count)
-        # head and loss backward, embedding backward (zeroed V×H gradient + scatter-add)
-        for kind in ("grad_input", "grad_weight"):
-            bwd.add("gemm", kern.gemm_ms(rows, V, H, dtype, kind), kern.k.matmul_floor_ms, 1)
-        g, kn = kern.mem_ms("cross_entropy_fwd_bwd", rows * V, "float32")
-        bwd.add("memory_bound", g * 2 / 3, kern.k.launch_floor_ms * 3, 3)
-        passes.mem(bwd, kern, "cast_bf16_fp32", rows * V)
-        passes.mem(bwd, kern, "copy", V * H, "float32" if autocast else dtype)
-        passes.mem(bwd, kern, "add", T * H, rdt)
-        k_acc = inputs.accumulation_steps
-        opt = passes.Pass()
-        upd_dtype = "float32" if recipe and recipe.optimizer_param_bytes == 4 else dtype
-        opt.add("optimizer", kern.optimizer_ms(inputs.optimizer, upd_dtype, params_gpu), kern.k.launch_floor_ms, 1)
-        if recipe and recipe.grad_scaler:  # unscale_ + inf check: read and write every fp32 gradient
-            passes.mem(opt, kern, "mul", params_gpu, "float32")
-        if recipe and recipe.master_dtype:  # grads to fp32 masters, masters copied back to the 16-bit weights
-            g, kn = kern.mem_ms("cast_bf16_fp32", params_gpu)
-            opt.add("optimizer", 2 * g, kern.k.launch_floor_ms * kn, kn)
+        bwd, opt = _backward_pass(st, per_kind_layers, rows), _optimizer_pass(st, params_gpu)
         fwd_ms, bwd_ms, opt_ms = fwd.total(sync), bwd.total(sync), opt.total(sync)
+        k_acc = inputs.accumulation_steps
         prefill_ms = fwd_ms * k_acc
         step_ms = k_acc * (fwd_ms + bwd_ms) + opt_ms
         split["forward"] = fwd.split(sync)
@@ -218,35 +192,8 @@ def step_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_
         result.update(forward_time_ms=k_acc * fwd_ms, backward_time_ms=k_acc * bwd_ms, optimizer_time_ms=opt_ms)
 
     decode_ms = first_pass_ms = None
-    if m.kind == "decoder" and not training:
-        dec = passes.Pass()
-        span_total = 0
-        for a in attn:
-            frac_moe = moe_layers / m.layers if m.layers else 0.0
-            S = cdiv(a.span, inputs.cp) if a.window else cdiv(inputs.seq_len, inputs.cp)
-            kv_dtype = inputs.kv_dtype if inputs.kv_dtype in DTYPE_BITS else dtype
-            kv_bytes = 2 * b * inputs.kv_heads_per_gpu * S * m.head_dim * passes.element_bytes(kv_dtype)
-            dcore = 0.0 if unsupported else kern.decode_attention_ms(backend, kv_bytes)
-            span_total += a.layers * S
-            for moe, count in ((False, a.layers * (1 - frac_moe)), (True, a.layers * frac_moe)):
-                if count <= 0:
-                    continue
-                lp = passes.layer_forward(inputs, kern, b, dtype, False, moe, dcore, backend)
-                g, kn = kern.mem_ms("copy", 2 * kv_bytes / es, dtype)  # DynamicCache.update: torch.cat
-                lp.add("memory_bound", g, kern.k.launch_floor_ms * 2, 2)
-                if backend == "eager" and inputs.kv_heads_per_gpu < inputs.q_heads_per_gpu:
-                    repeated = kv_bytes / es * inputs.q_heads_per_gpu / inputs.kv_heads_per_gpu
-                    passes.mem(lp, kern, "copy", repeated, dtype)
-                lp.cpu = lp.kernels * DECODE_KERNEL_HOST_MS  # host-bound: see DECODE_KERNEL_HOST_MS
-                dec.merge(lp, count)
-        top = passes.Pass()  # model level: embedding, final norm, mask/position set-up, LM head
-        passes.mem(top, kern, "copy", b * H, dtype)
-        passes.norm(top, kern, "rmsnorm", b * H, dtype)
-        top.add("memory_bound", 0.0, 0.0, 10)
-        passes.gemm(top, kern, b, V, H, dtype)
-        top.cpu = top.kernels * DECODE_KERNEL_HOST_MS
-        top.add("python", 0.0, DECODE_MODEL_PYTHON_MS, 0)
-        dec.merge(top)
+    if inputs.model.kind == "decoder" and not training:
+        dec = _decode_pass(st)
         decode_ms = dec.total(sync)
         split["decode"] = dec.split(sync)
         # steady state (a serving process has built the cuDNN graph of every cache length already); a fresh
@@ -255,5 +202,125 @@ def step_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_
         first_pass_ms = decode_ms + CUDNN_GRAPH_BUILD_MS * builds
     result.update(prefill_time_ms=prefill_ms, step_time_ms=step_ms, decode_time_ms_per_token=decode_ms,
                   decode_first_pass_ms_per_token=first_pass_ms, time_split=split)
-    # shares of the step (training) or prefill by model part, for the existing share keys
     return result
+
+
+def _forward_pass(st: _Step) -> tuple[passes.Pass, list, int]:
+    """The prefill, or the training forward: every layer kind (by window, dense and MoE in proportion) and the
+    model level. Also returns each layer kind's pass (for the backward) and the rows the head computes."""
+    inputs, kern, dtype, autocast, backend = st.inputs, st.kern, st.dtype, st.autocast, st.backend
+    m, T, b, H = inputs.model, st.T, st.b, inputs.model.hidden
+    fwd = passes.Pass()
+    which_fwd = "forward_timing" if st.training else "timing"
+    per_kind_layers = []
+    for a in st.attn:  # layers by window; each window group split into dense and MoE layers proportionally
+        frac_moe = m.moe_layers / m.layers if m.layers else 0.0
+        for moe, count in ((False, a.layers * (1 - frac_moe)), (True, a.layers * frac_moe)):
+            if count <= 0:
+                continue
+            lp = passes.layer_forward(inputs, kern, T, dtype, autocast, moe, st.core(a, which_fwd), backend)
+            if a.kv_repeat_bytes:
+                passes.mem(lp, kern, "copy", a.kv_repeat_bytes / st.es, dtype)
+            if m.attention_sinks and backend == "eager" and a.timing is not None:
+                passes.sinks_eager(lp, kern, a.timing.call, dtype)
+            lp.add("host", 0.0, LAYER_PYTHON_MS, 0)  # overlaps the GPU work queued before it
+            fwd.merge(lp, count)
+            per_kind_layers.append((a, moe, count, lp))
+    # model level: embedding gather, (Gemma's scale), final norm, head, masks and rotary set-up
+    passes.mem(fwd, kern, "copy", T * H, st.rdt)
+    passes.norm(fwd, kern, "rmsnorm" if m.norm == "rmsnorm" else "layernorm", T * H, st.rdt)
+    fwd.add("memory_bound", 0.0, kern.k.launch_floor_ms * 10, 10)  # position ids, cos/sin, mask set-up
+    fwd.add("python", 0.0, MODEL_PYTHON_MS, 0)
+    if m.kind == "decoder":
+        rows = T if (st.training or inputs.logits == "all") else b
+    else:
+        conv = m.channels * m.patch_size**2
+        passes.gemm(fwd, kern, max(T - b, 1), H, conv, dtype, cast_weight=autocast)
+        rows = b
+    passes.gemm(fwd, kern, rows, st.V, H, dtype, cast_weight=autocast)
+    if st.training:  # HF's loss: logits.float(), cross_entropy (forward and its backward measured together)
+        passes.mem(fwd, kern, "cast_bf16_fp32", rows * st.V)
+        g, kn = kern.mem_ms("cross_entropy_fwd_bwd", rows * st.V, "float32")
+        fwd.add("memory_bound", g / 3, kern.k.launch_floor_ms * 2, 2)
+    return fwd, per_kind_layers, rows
+
+
+def _backward_pass(st: _Step, per_kind_layers: list, rows: int) -> passes.Pass:
+    """The training backward: each layer kind's backward (with its recompute under checkpointing), then the head,
+    the loss and the embedding."""
+    inputs, kern, dtype, autocast = st.inputs, st.kern, st.dtype, st.autocast
+    m, T, H, V = inputs.model, st.T, inputs.model.hidden, st.V
+    bwd = passes.Pass()
+    for a, moe, count, lp in per_kind_layers:
+        core_fb = st.core(a, "timing")
+        core_f = st.core(a, "forward_timing")
+        lb = passes.backward_of(lp, kern, passes.gemm_backward_ms(inputs, kern, T, dtype, moe, autocast),
+                                max(core_fb - core_f, 0.0))
+        if autocast:  # AccumulateGrad: the 16-bit weight gradients cast into the fp32 .grad
+            lparams = sum(n_ * k_ * c for n_, k_, c in passes.linear_shapes(inputs)[0] if n_ > 1)
+            lparams += (cdiv(m._attention_matmul_params(), inputs.tp) if m.kv_lora_rank else 0)
+            ffn_params = (3 if m.gated_ffn else 2) * H * cdiv(m.ffn, inputs.tp)
+            g, kn = kern.mem_ms("cast_bf16_fp32", lparams + ffn_params)
+            lb.add("memory_bound", g, kern.k.launch_floor_ms * 9, 9)
+        if inputs.checkpointing in ("full", "hf"):
+            lb.merge(lp)  # the layer's forward re-run inside its backward
+        elif inputs.checkpointing == "selective":
+            lb.add("attention", core_f, 0.0, 0)
+        bwd.merge(lb, count)
+    # head and loss backward, embedding backward (zeroed V×H gradient + scatter-add)
+    for kind in ("grad_input", "grad_weight"):
+        bwd.add("gemm", kern.gemm_ms(rows, V, H, dtype, kind), kern.k.matmul_floor_ms, 1)
+    g, kn = kern.mem_ms("cross_entropy_fwd_bwd", rows * V, "float32")
+    bwd.add("memory_bound", g * 2 / 3, kern.k.launch_floor_ms * 3, 3)
+    passes.mem(bwd, kern, "cast_bf16_fp32", rows * V)
+    passes.mem(bwd, kern, "copy", V * H, "float32" if autocast else dtype)
+    passes.mem(bwd, kern, "add", T * H, st.rdt)
+    return bwd
+
+
+def _optimizer_pass(st: _Step, params_gpu: int) -> passes.Pass:
+    """The optimizer step over this GPU's parameters, with the recipe's gradient unscale and master-weight casts."""
+    inputs, kern, recipe = st.inputs, st.kern, st.inputs.recipe
+    opt = passes.Pass()
+    upd_dtype = "float32" if recipe and recipe.optimizer_param_bytes == 4 else st.dtype
+    opt.add("optimizer", kern.optimizer_ms(inputs.optimizer, upd_dtype, params_gpu), kern.k.launch_floor_ms, 1)
+    if recipe and recipe.grad_scaler:  # unscale_ + inf check: read and write every fp32 gradient
+        passes.mem(opt, kern, "mul", params_gpu, "float32")
+    if recipe and recipe.master_dtype:  # grads to fp32 masters, masters copied back to the 16-bit weights
+        g, kn = kern.mem_ms("cast_bf16_fp32", params_gpu)
+        opt.add("optimizer", 2 * g, kern.k.launch_floor_ms * kn, kn)
+    return opt
+
+
+def _decode_pass(st: _Step) -> passes.Pass:
+    """One steady-state decode step: every layer's one-token forward over its KV cache (host-bound), then the
+    model level."""
+    inputs, kern, dtype, backend, b = st.inputs, st.kern, st.dtype, st.backend, st.b
+    m, H, es = inputs.model, inputs.model.hidden, st.es
+    dec = passes.Pass()
+    for a in st.attn:
+        frac_moe = m.moe_layers / m.layers if m.layers else 0.0
+        S = cdiv(a.span, inputs.cp) if a.window else cdiv(inputs.seq_len, inputs.cp)
+        kv_dtype = inputs.kv_dtype if inputs.kv_dtype in DTYPE_BITS else dtype
+        kv_bytes = 2 * b * inputs.kv_heads_per_gpu * S * m.head_dim * passes.element_bytes(kv_dtype)
+        dcore = 0.0 if st.unsupported else kern.decode_attention_ms(backend, kv_bytes)
+        for moe, count in ((False, a.layers * (1 - frac_moe)), (True, a.layers * frac_moe)):
+            if count <= 0:
+                continue
+            lp = passes.layer_forward(inputs, kern, b, dtype, False, moe, dcore, backend)
+            g, kn = kern.mem_ms("copy", 2 * kv_bytes / es, dtype)  # DynamicCache.update: torch.cat
+            lp.add("memory_bound", g, kern.k.launch_floor_ms * 2, 2)
+            if backend == "eager" and inputs.kv_heads_per_gpu < inputs.q_heads_per_gpu:
+                repeated = kv_bytes / es * inputs.q_heads_per_gpu / inputs.kv_heads_per_gpu
+                passes.mem(lp, kern, "copy", repeated, dtype)
+            lp.cpu = lp.kernels * DECODE_KERNEL_HOST_MS  # host-bound: see DECODE_KERNEL_HOST_MS
+            dec.merge(lp, count)
+    top = passes.Pass()  # model level: embedding, final norm, mask/position set-up, LM head
+    passes.mem(top, kern, "copy", b * H, dtype)
+    passes.norm(top, kern, "rmsnorm", b * H, dtype)
+    top.add("memory_bound", 0.0, 0.0, 10)
+    passes.gemm(top, kern, b, st.V, H, dtype)
+    top.cpu = top.kernels * DECODE_KERNEL_HOST_MS
+    top.add("python", 0.0, DECODE_MODEL_PYTHON_MS, 0)
+    dec.merge(top)
+    return dec

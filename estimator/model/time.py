@@ -7,11 +7,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from estimator.call.config import element_bytes
-from estimator.call.shapes import cdiv
 from estimator.hardware import GPU
+from estimator.units import cdiv
 
 if TYPE_CHECKING:
-    from estimator.model.inputs import LayerAttention, PlanInputs
+    from estimator.model.inputs import PlanInputs
+    from estimator.model.layer_attention import LayerAttention
 
 # Roofline efficiencies. GEMM: median achieved / dense peak of Llama-3-8B-shaped bf16 GEMMs on the H200, 0.689
 # over 20 shapes (0.37 at 512 tokens to 0.78 at 32k; validation/data/h200_bench_plan_gemm.csv,

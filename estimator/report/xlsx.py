@@ -37,6 +37,8 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from estimator.call import registry
+from estimator.files import write_atomic
 from estimator.report.cells import RESULT_KEYS, Named, _component_form, _env, _eval, closed_forms, input_cells, slug
 from estimator.report.grid import _complete, batch_grid, effective_batch, n_grid
 from estimator.units import GIB
@@ -329,9 +331,10 @@ def _budget_sheet(wb, bs, inputs, plan, components, slugs, forms, tabled, fmt) -
     bs.set_column(5, 5, 26)
 
 
-def sweep_rows(inputs, ns: Iterable[int], backends: Sequence[str] = ("math", "flash", "efficient", "cudnn", "eager"),
+def sweep_rows(inputs, ns: Iterable[int], backends: Sequence[str] = registry.names(traced=True),
                plan_fn: Callable | None = None) -> list[dict]:
-    """Per n and forced backend: the plan's total bytes per GPU (None where that backend cannot run)."""
+    """Per n and forced backend (default: those whose memory is checked against allocator traces): the plan's
+    total bytes per GPU (None where that backend cannot run)."""
     from estimator.model.plan import make_plan
 
     plan_fn = plan_fn or (lambda inp: make_plan(inp, solve=False))
@@ -404,6 +407,5 @@ def write_plan_xlsx(path: str, plan: Plan, advice: Sequence = ()) -> None:
     top = min(MAX_SEQ_LEN, max(4 * inputs.seq_len, 1 << 17))
     ns = sorted({1 << k for k in range(8, top.bit_length())} | {inputs.seq_len})
     data = plan_xlsx(plan, sweep_rows(inputs, ns), advice)
-    with open(path, "wb") as out:
-        out.write(data)
+    write_atomic(path, data, "--xlsx")  # a temporary file renamed when whole: a failed write leaves no stub
 

@@ -1,0 +1,164 @@
+"""A vision-language model's plan, part by part (the joining rules are in estimator/model/vision_plan.py): the
+tower over every image, the projector's GEMMs, the language model over text + image tokens, with what each part's
+modeling file in transformers 5.17 adds to its encoder/decoder layer."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from estimator.call.config import element_bytes
+from estimator.model.budget import Plan
+from estimator.model.inputs import gpu_of
+from estimator.model.specs import ModelSpec
+from estimator.model.vision import VisionLanguageSpec
+from estimator.model.vision_parts import (
+    Part,
+    VisionPlan,
+    VisionRequest,
+    _attn,
+    _backward_peak,
+    _finish,
+    _saved,
+    _state,
+    _sub,
+)
+
+
+def vlm_plan(req: VisionRequest, tokens: dict) -> VisionPlan:
+    m, base = req.model, req.base
+    training = base.mode == "training"
+    es = element_bytes(base.dtype)
+    b, k = base.batch_per_gpu, req.images
+    nv, lm_len = tokens["vision_encoder"], tokens["language_model"]
+    crops = tokens.get("crops", 1)
+    tower_trained = training and req.trainable == "all"
+    lm_trained = training and req.trainable != "projector"
+    per_crop = nv // crops
+    parts, towers = [], []
+    if k:
+        towers = _tower_plans(req, m, per_crop, b * k * crops * base.dp, frozen=not tower_trained)
+        for i, (label, plan) in enumerate(towers):
+            parts.append(Part(name=label, params=m.tower.params if i == 0 else 0, trainable=tower_trained,
+                              plan=plan, tokens=nv))
+    tower_plan = towers[0][1] if towers else None
+    parts.append(Part(name="projector", params=m.projector_params, trainable=training, plan=None,
+                      tokens=m.image_lm_tokens(nv, crops)))
+    lm_plan = _sub(req, m.lm, lm_len, base.batch, frozen=False)
+    parts.append(Part(name="language model", params=m.lm.params, trainable=lm_trained, plan=lm_plan, tokens=lm_len))
+    states = {p.name: _state(req, p.params, p.trainable) for p in parts}
+    persistent = [(f"{p.name} weights", states[p.name][0]) for p in parts if p.params]
+    optimizer = sum(s[2] for s in states.values())
+    if training:
+        persistent.append(("optimizer state", optimizer))
+    # the tower's output, the projector's GEMM inputs (its saved activations) and the image features it hands over
+    feats_in = b * k * nv * m.tower.hidden * es
+    proj_in = sum(b * k * _rows(m, nv, crops, i) * cin * es for i, (cin, _) in enumerate(m.projector_shapes))
+    feats_out = b * k * m.image_lm_tokens(nv, crops) * m.lm.hidden * es
+    pixels = b * k * crops * m.tower.channels * m.tower.temporal_patch * (per_crop * m.tower.patch ** 2) * es
+    hidden_states = (m.tower.layers + 1) * feats_in if m.family == "llava" else 0  # output_hidden_states=True
+    rows = b * k * nv  # tower tokens per GPU
+    if not training:
+        kv = lm_plan.kv_cache_bytes
+        tower_act = max((_tower_inference_act(m, t, rows, es) for _, t in towers), default=0)
+        phases = [("vision tower", [("vision tower activations", tower_act + pixels + hidden_states)]),
+                  ("language model", [("language model kv cache", kv), ("projector image features", feats_out),
+                                      ("language model activations", lm_plan.activation_bytes)])]
+        return _finish(req, tokens, parts, phases, persistent, kv, lm_plan.kv_cache_bytes_per_token,
+                       _projector_ms(req, m, nv, crops, False))
+    grads = {n: s[1] for n, s in states.items()}
+    steps = sum(s[3] for s in states.values())
+    sig = m.tower.layers * rows * m.tower.ffn * es if m.tower.quick_gelu else 0  # QuickGELU's saved sigmoid
+    saved = [_saved(t) for _, t in towers]
+    tower_saved = sum(saved) + hidden_states + sig if (towers and tower_trained) else 0
+    lm_back = _backward_peak(lm_plan, lm_trained) - (0 if lm_trained else _frozen_linear_inputs(m.lm, lm_plan))
+    phases = [("language model backward", [("vision tower saved activations", tower_saved),
+                                           ("projector saved activations", proj_in + feats_out),
+                                           ("language model backward peak", lm_back)]),
+              ("optimizer step", [("gradients", sum(grads.values())), ("optimizer step temporaries", steps)])]
+    if tower_plan is not None:
+        if tower_trained:
+            phases.append(("vision tower backward", [
+                ("language model gradients", grads["language model"] + grads["projector"]),
+                ("vision tower backward peak", max(_backward_peak(t, True) + sum(saved) - saved[i]
+                                                   for i, (_, t) in enumerate(towers)) + sig)]))
+        else:
+            phases.append(("vision tower forward", [("vision tower activations",
+                                                     max(_tower_inference_act(m, t, rows, es) for _, t in towers)
+                                                     + pixels + hidden_states)]))
+    return _finish(req, tokens, parts, phases, persistent, 0, 0, _projector_ms(req, m, nv, crops, True))
+
+
+def _tower_plans(req: VisionRequest, m: VisionLanguageSpec, tokens: int, batch: int, *, frozen: bool):
+    """[(part name, budget)] of the tower: one encoder over every block; Qwen2.5-VL's windowed blocks apart, as
+    windows of (window_px / patch)² = 64 patches each (transformers 5.17 qwen2_5_vl/modeling_qwen2_5_vl.py:
+    get_window_index reorders the patches by window, cu_window_seqlens cuts the attention calls; the blocks in
+    fullatt_block_indexes attend over the whole image)."""
+    spec = m.tower.encoder_spec(m.name)
+    full = sum(1 for i in set(m.tower.full_attention_layers) if 0 <= i < m.tower.layers)
+    w2 = (m.tower.window_px // m.tower.patch) ** 2 if m.tower.window_px else 0
+    if not w2 or full == m.tower.layers or tokens <= w2:
+        return [("vision tower", _sub(req, spec, tokens, batch, frozen=frozen))]
+    windows = -(-tokens // w2)  # the patches of one image in whole windows (edge windows padded: an upper bound)
+    out = []
+    if full:
+        out.append(("vision tower", _sub(req, replace(spec, layers=full, window_per_layer=None), tokens, batch,
+                                         frozen=frozen)))
+    windowed = replace(spec, layers=m.tower.layers - full, window_per_layer=None)
+    out.append(("vision tower windowed blocks", _sub(req, windowed, w2, batch * windows, frozen=frozen)))
+    return out
+
+
+def _tower_inference_act(m: VisionLanguageSpec, plan: Plan, rows: int, es: int) -> int:
+    """The tower's forward peak without grad: the encoder layer's, with the family's own extras - QuickGELU's
+    sigmoid beside fc1's output in the MLP phase, and Qwen's fp32 rotation of q and k (the fp32 copies of q and k,
+    q_embed and the two products and their sum: 12 bf16-widths beside the qkv output and the residuals)."""
+    d = plan.activation_detail
+    level = d.get("model_level_bytes", 0)
+    act = plan.activation_bytes
+    if m.tower.kind in ("qwen2_vl", "qwen2_5_vl") and plan.inputs.backend != "flash-attn" and "ffn_phase_bytes" in d:
+        # VisionAttention splits the sequence at cu_seqlens and runs one call per image (batch 1) unless it is
+        # flash-attention's varlen kernel: the call's peak is one image's, not the batch's
+        one = _attn(replace(plan, inputs=replace(plan.inputs, batch=plan.inputs.dp)))
+        delta = max(a.memory.peak_extra_bytes - o.memory.peak_extra_bytes
+                    for a, o in zip(_attn(plan), one, strict=True))
+        act = max(d["attention_phase_bytes"] - max(0, delta) + level, d["ffn_phase_bytes"] + level,
+                  d.get("logits_phase_bytes", 0))
+    if m.tower.quick_gelu and "ffn_phase_bytes" in d:
+        act = max(act, d["ffn_phase_bytes"] + level + rows * m.tower.ffn * es)
+    if m.tower.fp32_rotary:
+        u = rows * m.tower.hidden * es
+        act = max(act, 2 * u + 3 * u + 12 * u + level)
+    return act
+
+
+def _frozen_linear_inputs(lm: ModelSpec, plan: Plan) -> int:
+    """Bytes a frozen language model does not save: each Linear saves its input only to compute its weight's
+    gradient, so with requires_grad False the q/k/v input, o_proj's input, the MLP input and down_proj's input of
+    every layer, and the LM head's input, are never kept (the gradient still flows through the layer to the
+    projector)."""
+    inp = plan.inputs
+    rows, es = inp.batch_per_gpu * inp.tokens_per_gpu, element_bytes(inp.dtype)
+    per_layer = (2 * lm.hidden + lm.q_heads * lm.head_dim + lm.ffn) * rows * es
+    # the same for every RMSNorm's `weight * normed`: the normed input is saved only for the weight's gradient (in
+    # the residual dtype: fp32 under autocast); norms_per_layer per layer and the final norm
+    rs = 4 if inp.recipe is not None and inp.recipe.autocast else es
+    norms = (lm.norms_per_layer * lm.layers + 1) * rows * lm.hidden * rs
+    return lm.layers * per_layer + rows * lm.hidden * es + norms
+
+
+def _rows(m: VisionLanguageSpec, nv: int, crops: int, i: int) -> int:
+    """Rows of projector GEMM i for one image: Qwen's merger runs on the merged tokens."""
+    if m.family in ("qwen2_vl", "qwen2_5_vl"):
+        return nv // m.tower.merge ** 2
+    return m.image_lm_tokens(nv, crops) if m.family != "llava" else nv
+
+
+def _projector_ms(req: VisionRequest, m: VisionLanguageSpec, nv: int, crops: int, training: bool) -> float:
+    """The projector's GEMMs at the plan's GEMM roofline (2·rows·in·out FLOPs each; x3 for a training step)."""
+    from estimator.model.time import GEMM_EFFICIENCY
+
+    gpu = gpu_of(req.base)
+    rows = req.base.batch_per_gpu * req.images
+    flops = sum(2 * rows * _rows(m, nv, crops, i) * cin * cout for i, (cin, cout) in enumerate(m.projector_shapes))
+    peak = gpu.peak_flops_per_s[req.base.dtype]
+    return (3 if training else 1) * flops / (peak * GEMM_EFFICIENCY) * 1e3

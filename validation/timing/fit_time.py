@@ -1,0 +1,196 @@
+"""Fit the time model (estimator/call/timing.py: FIT_FACTORS) from measured rows.
+
+`python -m validation.fit_time validation/data/h200_calibration.csv validation/data/h200_heldout.csv
+validation/data/h200_heldout2.csv validation/data/h200_heldout3.csv validation/data/h200_heldout4.csv
+validation/data/h200_heldout5.csv` prints, per backend and mode, the fit factors of `timing.time_terms`' GPU terms
+(flop_fit 16-bit, fp32_flop_fit, masked_flop_fit, bw_fit, exp_fit, dropout_fit, gemm_fit, wide_flop_fit), the host
+ms per launched kernel, the ms per dQ lock step and overhead_ms, from a weighted least-squares fit of relative
+error of time = max(Σ a_k·term_k, h·kernels, s·dq_steps) + c (`timing.combine`; rows >= 1 ms weigh 1, shorter ones
+SHORT_WEIGHT). The max is fitted by alternating regimes: each row is assigned to the branch its current prediction
+says is longest, all branches' linear models are refitted together, until the assignment is stable. It prints the
+median error of the fit and of the model now in the estimator on rows >= 1 ms, then the FIT_FACTORS dict to paste
+into timing.py. A coefficient that comes out negative is dropped (its term refitted without it: fit factor 1000,
+i.e. the term is ~free); a term no row of a group has (fp32 on flash/cuDNN, masks on math/eager) takes another
+term's factor. Pure pandas + numpy: runs without torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pandas as pd
+
+from estimator.call.attention import estimate_columns
+from estimator.call.flops import executed_flops
+from estimator.call.table import calls_from_frame
+from estimator.call.timing import combine, dq_lock_steps, host_kernels, time_terms
+from estimator.hardware import get_gpu
+
+SHORT_WEIGHT = 0.25  # weight of rows under 1 ms (overhead-dominated) relative to rows >= 1 ms
+MIN_OVERHEAD_MS = 0.02
+
+
+def _solve(design, weights):
+    """Least squares of weighted relative error, columns with a negative coefficient dropped one at a time."""
+    keep = [True] * design.shape[1]
+    while True:
+        cols = [i for i, k in enumerate(keep) if k]
+        a = design[:, cols] * weights[:, None]
+        coef = np.linalg.lstsq(a, weights, rcond=None)[0]
+        full = np.zeros(design.shape[1])
+        full[cols] = coef
+        neg = [cols[i] for i in range(len(cols)) if coef[i] < 0]
+        if not neg:
+            return full
+        keep[min(neg, key=lambda i: full[i])] = False
+
+
+def _solve_regimes(terms, branches, meas, w, iterations: int = 30):
+    """Coefficients (a_terms..., h_branches..., c) of time = max(Σ a·terms, h_1·x_1, h_2·x_2, ...) + c (the
+    branches x: kernel launches, dQ lock steps), least squares of weighted relative error, numpy only: start from
+    the sum (every branch added), then assign each row to the regime that its current prediction says is the
+    longest and refit all regimes' linear models together, until the assignment stops changing."""
+    nt, nb = terms.shape[1], branches.shape[1]
+    ones = np.ones((len(meas), 1))
+    designs = [np.concatenate([terms, np.zeros_like(branches), ones], axis=1)]
+    for j in range(nb):
+        only = np.zeros_like(branches)
+        only[:, j] = branches[:, j]
+        designs.append(np.concatenate([np.zeros_like(terms), only, ones], axis=1))
+    coef = _solve(np.concatenate([terms, branches, ones], axis=1) / meas[:, None], w)
+    regime = None
+    for _ in range(iterations):
+        parts = np.column_stack([terms @ coef[:nt]] + [branches[:, j] * coef[nt + j] for j in range(nb)])
+        new = np.argmax(parts, axis=1)
+        if regime is not None and np.array_equal(new, regime):
+            break
+        regime = new
+        design = np.choose(regime[:, None], designs) / meas[:, None]
+        coef = _solve(design, w)
+    return coef
+
+
+def fit(frames: list[pd.DataFrame], gpu_name: str = "h200") -> pd.DataFrame:
+    gpu = get_gpu(gpu_name)
+    d = pd.concat(frames, ignore_index=True)
+    d = d[(d.status == "ok") & (pd.to_numeric(d.measured_time_ms, errors="coerce") > 0)].reset_index(drop=True)
+    c, backend, _ = calls_from_frame(d)
+    cols = estimate_columns(c, backend, gpu)
+    sel = cols["selected_backend"]
+    terms = time_terms(c, sel, executed_flops(c, sel), gpu)
+    branches = np.column_stack([host_kernels(c, sel) * np.ones(len(d)), dq_lock_steps(c, sel, gpu.sm_count)])
+    meas = pd.to_numeric(d.measured_time_ms).to_numpy()
+    out = []
+    for (b, g), idx in pd.DataFrame({"b": sel, "g": c.grad}).groupby(["b", "g"]).groups.items():
+        idx = np.asarray(idx)
+        t, x, m = terms[idx], branches[idx], meas[idx]
+        w = np.where(m >= 1.0, 1.0, SHORT_WEIGHT)
+        used = np.abs(t).sum(axis=0) > 0
+        nt = terms.shape[1]
+        nb = x.shape[1]
+        coef = np.zeros(nt + nb + 1)  # the terms' a, then ms per kernel and per dQ lock step, then c (ms)
+        has = np.flatnonzero(x.any(axis=0))
+        sub = _solve_regimes(t[:, used], x[:, has], m, w)
+        coef[np.flatnonzero(used)] = sub[:used.sum()]
+        coef[nt + has] = sub[used.sum():-1]
+        coef[-1] = max(sub[-1], MIN_OVERHEAD_MS)
+        for j in (0, 1, 2, 7):  # a term no row of the group has (fp32 on flash, masks on math) takes another's rate
+            if not used[j]:
+                coef[j] = coef[0 if j == 7 and used[0] else 1 if j != 1 and used[1] else 0] \
+                    if used[0] or used[1] else 1.0
+        pred = combine(t @ coef[:nt], x[:, 0] * coef[nt], x[:, 1] * coef[nt + 1], coef[-1])
+        big = m >= 1.0
+        fitted = np.abs(pred - m) / m
+        now = np.abs(cols["time_ms"][idx] - m) / m
+        inv = [round(1 / v, 3) if v > 1e-3 else 1000.0 for v in coef[:nt]]
+        out.append({"backend": b, "grad": bool(g), "rows": len(idx), "rows_1ms": int(big.sum()),
+                    **dict(zip(FACTOR_NAMES, inv, strict=True)), "host_ms_per_kernel": round(coef[nt], 4),
+                    "ms_per_dq_step": round(coef[nt + 1], 5), "overhead_ms": round(coef[-1], 3),
+                    "fit_median_err_1ms": round(float(np.median(fitted[big])), 3) if big.any() else None,
+                    "model_median_err_1ms": round(float(np.median(now[big])), 3) if big.any() else None})
+    return pd.DataFrame(out)
+
+
+FACTOR_NAMES = (
+    "flop_fit", "fp32_flop_fit", "masked_flop_fit", "bw_fit", "exp_fit", "dropout_fit", "gemm_fit", "wide_flop_fit")
+
+
+def factor_tuples(table: pd.DataFrame) -> dict:
+    """{(backend, grad): FIT_FACTORS tuple} of a fit table."""
+    return {(r["backend"], bool(r["grad"])): tuple(r[n] for n in FACTOR_NAMES) + (
+                r["host_ms_per_kernel"], r["ms_per_dq_step"], r["overhead_ms"])
+            for r in table.to_dict("records")}
+
+
+def factors_source(table: pd.DataFrame) -> str:
+    """The FIT_FACTORS dict literal for estimator/call/timing.py."""
+    lines = [f'    ("{b}", {g}): ({", ".join(str(x) for x in f)}),'
+             for (b, g), f in sorted(factor_tuples(table).items())]
+    return "FIT_FACTORS = {\n" + "\n".join(lines) + "\n}"
+
+
+# the grid the decode constants are chosen from (ms): host cost per launched kernel, HF's Python per model step
+DECODE_KERNEL_GRID = tuple(round(0.010 + 0.001 * i, 3) for i in range(21))  # 10-30 us
+DECODE_MODEL_GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
+
+
+def decode_rows(frame: pd.DataFrame) -> list[dict]:
+    """Warm decode steps as planner rows: validation.model.hf_models rows with decode_warm_ms_per_token, or the
+    `:decode` cases of validation.model.hf_profile (one row per case: batch 1, the step's median wall time)."""
+    if "kernel" in frame.columns:  # an hf_profile file
+        out = []
+        for _, g in frame[frame["mode"] == "decode"].groupby("case", sort=False):
+            r = g.iloc[0]
+            out.append(dict(family=r["family"], layers=str(r["layers"]), attn_implementation=r["attn_implementation"],
+                            mode="prefill", precision="bf16-true", optimizer="adamw", checkpointing="none",
+                            seq_len=str(r["seq_len"]), batch="1", decode_tokens="16", overrides="", no_reset="0",
+                            status="ok", decode_warm_ms_per_token=str(r["wall_ms"])))
+        return out
+    return [r for r in frame.to_dict("records") if r.get("decode_warm_ms_per_token", "") not in ("", None)]
+
+
+def fit_decode(frames: list[pd.DataFrame]) -> tuple[float, float, list[float]]:
+    """(host ms per kernel, per-model ms, relative errors) of step_time's decode host constants that best match the
+    warm decode steps (`decode_rows`): the grid point with the least mean squared log(planned / measured) (the
+    same host-bound step measured in two processes differs by up to 1.8x, so no single row may steer the fit). The
+    planner is pure Python: it is re-run with each candidate."""
+    import estimator.model.step_time as step_time
+    from validation.model.model_report import plan_row
+
+    rows = [r for f in frames for r in decode_rows(f)]
+    saved = step_time.DECODE_KERNEL_HOST_MS, step_time.DECODE_MODEL_PYTHON_MS
+    best = None
+    try:
+        for per_kernel in DECODE_KERNEL_GRID:
+            for model in DECODE_MODEL_GRID:
+                step_time.DECODE_KERNEL_HOST_MS, step_time.DECODE_MODEL_PYTHON_MS = per_kernel, model
+                errs = [plan_row(r).decode_time_ms_per_token / float(r["decode_warm_ms_per_token"]) - 1 for r in rows]
+                score = float(np.mean(np.log1p(errs) ** 2))
+                if best is None or score < best[0]:
+                    best = (score, per_kernel, model, [round(e, 3) for e in errs])
+    finally:
+        step_time.DECODE_KERNEL_HOST_MS, step_time.DECODE_MODEL_PYTHON_MS = saved
+    return best[1], best[2], best[3]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m validation.fit_time", description=__doc__.splitlines()[0])
+    parser.add_argument("--decode", action="store_true",
+                        help="fit the decode host constants from whole-model rows instead of the per-backend factors")
+    parser.add_argument("csv", nargs="*", help="measured CSVs (default: the six H200 attention-call sets)")
+    args = parser.parse_args(argv)
+    if args.decode:
+        per_kernel, model, errs = fit_decode([pd.read_csv(p, dtype=str, keep_default_na=False) for p in args.csv])
+        print(f"DECODE_KERNEL_HOST_MS = {per_kernel}\nDECODE_MODEL_PYTHON_MS = {model}\nrelative errors {errs}")
+        return 0
+    paths = args.csv or [f"validation/data/h200_{name}.csv" for name in (
+        "calibration", "heldout", "heldout2", "heldout3", "heldout4", "heldout5")]
+    table = fit([pd.read_csv(p, dtype=str, keep_default_na=False) for p in paths])
+    print(table.to_string(index=False))
+    print(factors_source(table))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

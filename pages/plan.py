@@ -135,10 +135,11 @@ if not plan.supported:
             st.info(md(f"Fix ({item.id}): {human(item.title)}. {human(item.expected_effect)}"))
         if advisor_error:
             st.error(md(advisor_error))
-    from estimator.model.layer_attention import attention_call
+    from estimator.model.layer_attention import priced_attention_call
 
     st.subheader("Which backends can run this call")
-    st.table(sweeps.backend_text(sweeps.backend_table(attention_call(inputs), gpu, torch_version=inputs.torch_version,
+    st.table(sweeps.backend_text(sweeps.backend_table(priced_attention_call(inputs), gpu,
+                                                      torch_version=inputs.torch_version,
                                                       estimate=cached.estimate)))
     st.stop()
 
@@ -174,13 +175,15 @@ if budget_tab.open:
                    f"chosen backend materialises: {gib_text(plan.attention_scores_bytes)}. KV cache per token: "
                    f"{plan.kv_cache_bytes_per_token:,} bytes.")
         st.subheader("Attention backend")
-        from estimator.model.layer_attention import attention_call  # the layer's call, as the advisor prices it
+        # the widest layer's call as the plan prices it (a window through SDPA: the dense bool-masked call)
+        from estimator.model.layer_attention import priced_attention_call
 
-        call = attention_call(inputs)
+        call = priced_attention_call(inputs)
         backends = sweeps.backend_table(call, gpu, torch_version=inputs.torch_version, estimate=cached.estimate)
         st.markdown(f"Per layer, each GPU makes the call **q ({call.batch}, {call.q_heads}, {call.q_len}, "
                     f"{call.head_dim}), k/v ({call.batch}, {call.kv_heads}, {call.kv_len}, {call.head_dim})**, "
-                    f"{call.dtype}, {'causal, ' if call.causal else ''}{call.mode}. "
+                    f"{call.dtype}, {'causal, ' if call.causal else ''}"
+                    f"{f'{call.mask} mask, ' if call.mask != 'none' else ''}{call.mode}. "
                     + ("It runs the hand-written **eager** path." if inputs.backend == "eager"
                        else f"PyTorch {inputs.torch_version} will run **{plan.selected_backend}**."))
         st.table(sweeps.backend_text(backends))

@@ -68,3 +68,26 @@ def test_plan_page_offers_and_honours_a_float32_kv_cache():
     assert cli.inputs.kv_dtype == "float32"
     assert next(m.value for m in at.metric if m.label == "total per GPU") == gib(cli.total_bytes,
                                                                                   mib_below_1gib=False)
+
+
+@pytest.mark.parametrize("preset, n, batch, window, backend", [("vit-l-16", 4096, 8, 49, "auto"),
+                                                               ("mistral-7b", 8192, 1, 4096, "auto"),
+                                                               ("mistral-7b", 8192, 1, 4096, "flex"),
+                                                               ("llama-3-8b", 8192, 1, None, "auto")])
+def test_the_call_the_plan_page_shows_is_the_one_the_plan_prices(preset, n, batch, window, backend):
+    """A window through SDPA is the dense bool-masked (n x n) call: the page shows that call, whose backend is the
+    plan's, not a (n x window) band that another backend would run."""
+    from estimator.model.layer_attention import priced_attention_call
+
+    inputs = PlanInputs(model=get_preset(preset), seq_len=n, batch=batch, window=window, backend=backend, gpu="h200")
+    plan = make_plan(inputs, solve=False)
+    call = priced_attention_call(inputs)
+    assert estimate_call(call, get_gpu("h200"), inputs.torch_version).selected_backend == plan.selected_backend
+
+
+def test_plan_page_window_call_is_the_masked_one():
+    from tests.test_app_pages import app, plain
+
+    at = app(query={"preset": "vit-l-16", "seq_len": "4096", "batch": "8", "window": "49", "gpu": "h200"})
+    text = " ".join(plain(m.value) for m in at.markdown)
+    assert "k/v (8, 16, 4096, 64)" in text and "bool mask" in text

@@ -45,10 +45,10 @@ def test_call_page_verdict_above_its_form(page, app_url):
 
 
 def _truncated(locator) -> list[str]:
-    """Texts inside `locator` that their box cuts off (scrollWidth beyond clientWidth)."""
+    """Texts inside `locator` that their box cuts off (scrollWidth beyond clientWidth), a select's input too."""
     return locator.evaluate("""root => [...root.querySelectorAll('*')]
-        .filter(e => e.children.length === 0 && e.textContent.trim() && e.scrollWidth > e.clientWidth + 1)
-        .map(e => e.textContent.trim())""")
+        .filter(e => e.children.length === 0 && (e.textContent.trim() || e.value) && e.scrollWidth > e.clientWidth + 1)
+        .map(e => e.value || e.textContent.trim())""")
 
 
 def test_gpu_select_is_not_truncated(page, app_url):
@@ -58,18 +58,25 @@ def test_gpu_select_is_not_truncated(page, app_url):
     assert _truncated(select) == []
 
 
-def test_donut_labels_are_inside_the_chart(page, app_url):
-    page.goto(f"{app_url}/?preset=llama-3-8b&seq_len=8192")
+def _overlap(a: dict, b: dict) -> bool:
+    return (a["x"] < b["x"] + b["width"] and b["x"] < a["x"] + a["width"] and a["y"] < b["y"] + b["height"]
+            and b["y"] < a["y"] + a["height"])
+
+
+@pytest.mark.parametrize("query", ["preset=llama-3-8b&seq_len=8192", "preset=llama-3-8b&seq_len=131072",
+                                   "preset=llama-3-8b&seq_len=262144&gpu=h200"])
+def test_donut_labels_are_inside_the_chart_and_apart(page, app_url, query):
+    page.goto(f"{app_url}/?{query}")
     expect(metric(page, "total per GPU")).to_be_visible()
     page.get_by_role("tab", name="Charts").click()
     chart = page.get_by_test_id("stPlotlyChart").filter(has_text="Share of").first
     expect(chart).to_be_visible()
     frame = chart.locator("svg.main-svg").first.bounding_box()
-    labels = chart.locator("g.slicetext, g.textpoint, text.slicetext")
-    expect(labels.first).to_be_attached()
-    for k in range(labels.count()):
-        box = labels.nth(k).bounding_box()
-        if box is None or box["width"] == 0:
-            continue  # a label plotly hid (too small a slice): named in the legend and the hover instead
+    expect(chart.locator("g.slice").first).to_be_attached()
+    labels = [t.bounding_box() for t in chart.locator("g.slicetext text, g.slice text").all()]
+    labels = [b for b in labels if b and b["width"] > 0]  # plotly hides a label too big for its slice
+    legend = [t.bounding_box() for t in chart.locator("g.legend text").all()]
+    for k, box in enumerate(labels):
         assert frame["x"] <= box["x"] and box["x"] + box["width"] <= frame["x"] + frame["width"], k
         assert frame["y"] <= box["y"] and box["y"] + box["height"] <= frame["y"] + frame["height"], k
+        assert not any(_overlap(box, other) for other in labels[k + 1:] + legend), k

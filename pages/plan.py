@@ -244,7 +244,9 @@ if export_tab.open:
         stem = f"plan-{export.safe_file_stem(inputs.model.name)}-n{inputs.seq_len}-b{inputs.batch}-{inputs.gpu}"
         st.caption("Every row of the spreadsheet's Budget sheet is a formula of its Inputs sheet: edit n or batch "
                    "there and the total and the verdict recompute (the backend-specific rows from the estimator's "
-                   "values tabulated over n and batch). `python -m estimator plan ... --xlsx PATH` writes the same "
+                   "values tabulated over n and batch; between grid points the sheet states its interpolation "
+                   "bound and, that near the limit, asks for a re-plan). `python -m estimator plan ... --xlsx PATH` "
+                   "writes the same "
                    "workbook.")
         e1, e2, e3 = st.columns(3)
         # Generated when clicked (deferred), so a re-run of the form does not pay for the files.

@@ -4,8 +4,10 @@
 #   docker run --rm -p 8501:8501 attention-planner            # CPU
 #   docker run --rm --gpus all -p 8501:8501 attention-planner:cuda
 # The torch wheels bundle the CUDA runtime; the host needs only the NVIDIA driver and container toolkit.
-# .streamlit/config.toml binds to localhost; the container listens on 0.0.0.0 explicitly (CMD below), and GPU jobs
-# from the Validate page stay off there unless PLANNER_ENABLE_GPU_JOBS=true (see docs/app.md).
+# .streamlit/config.toml binds to localhost; the container listens on 0.0.0.0 explicitly (CMD below). The
+# WebSocket accepts only `Host: localhost` / 127.0.0.1 / ::1 (server.allowedHosts in config.toml, against DNS
+# rebinding; the CMD does not override it): served under a hostname, pass -e STREAMLIT_SERVER_ALLOWED_HOSTS=that.host.
+# GPU jobs from the Validate page are opt-in everywhere: -e PLANNER_ENABLE_GPU_JOBS=true (see docs/app.md).
 # Linted in CI (hadolint, from requirements-dev.txt); the image itself cannot be built in this environment.
 ARG PYTHON_IMAGE=python:3.11-slim
 FROM ${PYTHON_IMAGE}

@@ -12,6 +12,7 @@ PAGES = [
     st.Page("pages/plan.py", title="Plan a model", icon=":material/calculate:", default=True),
     st.Page("pages/call.py", title="One attention call", icon=":material/function:"),
     st.Page("pages/trace.py", title="Production trace", icon=":material/timeline:"),
+    st.Page("pages/serve.py", title="Serve a workload", icon=":material/dns:"),
     st.Page("pages/validate.py", title="Validate on a GPU", icon=":material/speed:"),
     st.Page("pages/tree.py", title="Decision tree", icon=":material/account_tree:"),
 ]

@@ -1,16 +1,19 @@
-"""`python -m estimator {predict,plan,advise} ...` (docs/contract.md §2-§4); `--help` at every level."""
+"""`python -m estimator {predict,plan,advise,serve} ...` (docs/contract.md §2-§4, §6); `--help` at every level."""
 
 from __future__ import annotations
 
 import importlib
 import sys
 
-COMMANDS = {"predict": "estimator.cli.predict", "plan": "estimator.cli.plan", "advise": "estimator.cli.advise"}
+COMMANDS = {"predict": "estimator.cli.predict", "plan": "estimator.cli.plan", "advise": "estimator.cli.advise",
+            "serve": "estimator.cli.serve"}
 DESCRIPTIONS = {
     "predict": "one attention call (or a CSV of them): peak extra bytes, time and the backend PyTorch picks",
     "plan": "a whole model on a GPU: the per-GPU memory budget and its verdict, FLOPs, time, the largest n and "
             "batch that fit; --json, --xlsx",
     "advise": "what to change when a plan does not fit or runs slowly, each effect the estimator's re-plan; --json",
+    "serve": "serving capacity of a request workload on an engine: KV pool, TTFT / TPOT / end-to-end percentiles, "
+             "throughput, sizing against P99 targets",
 }
 
 

@@ -7,6 +7,7 @@ from functools import partial
 import streamlit as st
 
 from estimator.hardware import get_gpu
+from estimator.model.hf_config import TEXT_ONLY_NOTE
 from estimator.model.presets import PRESETS
 from estimator.model.vision_presets import VISION_PRESETS
 from estimator.report.explain import communication_lines, zero_lines
@@ -114,8 +115,13 @@ except ValueError as exc:
 st.query_params.from_dict(state.query_from_values(values))
 forms.save_values(PREFIX, {k: v for k, v in values.items() if k in state.PLAN_DEFAULTS})
 st.session_state["plan_inputs"] = inputs  # the trace and validate pages work on this plan
+# the uploaded config.json itself, for the Validate page to build the model from (ui/own_model.py)
+st.session_state["plan_config"] = uploads.config_dict(uploaded) if config_spec is not None else None
 if config_spec is not None and config_spec.windowed:
     st.caption("The shared URL carries this config's architecture, not its per-layer sliding windows.")
+if config_spec is not None and TEXT_ONLY_NOTE in config_spec.source:
+    st.warning("This config is a vision-language model; the plan covers its text model only: the vision tower's "
+               "weights, activations and image tokens are not planned.")
 
 gpu = get_gpu(inputs.gpu)
 notes = [a for a in plan.assumptions if a.startswith("Note:")]

@@ -8,7 +8,6 @@ import dataclasses
 import streamlit as st
 
 from estimator.hardware import get_gpu
-from estimator.model.trace import parse_trace, trace_report
 from estimator.report.explain import host_bound_decode_note
 from estimator.units import GIB
 from ui import cached, figures, state, sweeps, uploads
@@ -32,24 +31,20 @@ if uploaded is None:
     st.info("Upload a trace to see its percentiles.")
     st.stop()
 try:
-    text = uploads.read_bytes(uploaded, uploads.CSV_MAX_BYTES, "trace").decode("utf-8-sig")
-    report = trace_report(inputs, parse_trace(text, source=f"trace {uploads.config_name(uploaded.name)}"))
-except UnicodeDecodeError:
-    st.error("Cannot use this trace: the file is not UTF-8 text")
-    st.stop()  # nothing of an earlier file is shown: the page renders only this file's result
+    data = uploads.read_bytes(uploaded, uploads.CSV_MAX_BYTES, "trace")
+    trace = cached.trace(data, f"trace {uploads.config_name(uploaded.name)}")  # parsed once per file content
+    report = cached.trace_report(inputs, trace)
 except (ValueError, csv.Error, OverflowError, RecursionError) as exc:
-    reason = one_line(exc)
-    if "field larger than field limit" in reason:
-        reason = "a field is larger than 128 KiB; a trace has one number per row"
-    st.error(md(f"Cannot use this trace: {reason}"))
-    st.stop()
+    st.error(md(f"Cannot use this trace: {one_line(exc)}"))
+    st.stop()  # nothing of an earlier file is shown: the page renders only this file's result
 table = sweeps.trace_table(report)
 st.success(md(f"{plural(report['requests'], 'request')}, n from {report['min_seq_len']:,} to "
               f"{report['max_seq_len_seen']:,}; {report['share_that_fit']:.1%} fit (n ≤ "
               f"{report['max_seq_len_that_fits']:,} at batch {inputs.batch})."))
 if report["skipped_rows"]:
-    st.warning(md(f"{plural(report['skipped_rows'], 'row')} skipped as absurd or malformed (not a positive whole "
-                  f"number of tokens within the estimator's range), e.g. {report['skipped_examples'][0]}."))
+    st.warning(md(f"{plural(report['skipped_rows'], 'row')} skipped as absurd or malformed (not UTF-8 text, or not a "
+                  "positive whole number of tokens within the estimator's range): "
+                  f"{'; '.join(report['skipped_examples'])}" + ("; ..." if report["skipped_rows"] > 3 else "") + "."))
 shown = table.assign(**{"total (GiB)": table["total_bytes"] / GIB, "KV cache (GiB)": table["kv_cache_bytes"] / GIB})
 st.dataframe(shown[["percentile", "n", "total (GiB)", "KV cache (GiB)", "fits", "prefill_time_ms",
                     "decode_time_ms_per_token"]], hide_index=True, width="stretch", key="trace_table",

@@ -22,7 +22,7 @@ def run(*args, timeout=300):
 def test_estimator_help_exits_0_and_describes_every_subcommand():
     out = run("-m", "estimator", "--help")
     assert out.returncode == 0, out.stderr
-    for command in ("predict", "plan", "advise"):
+    for command in ("predict", "plan", "advise", "serve"):
         assert any(line.strip().startswith(command + " ") for line in out.stdout.splitlines()), command
     bad = run("-m", "estimator", "bogus")
     assert bad.returncode == 2 and "unknown command 'bogus'" in bad.stderr
@@ -32,7 +32,7 @@ def test_validation_help_describes_all_its_subcommands():
     out = run("-m", "validation", "--help")
     assert out.returncode == 0
     description = out.stdout.split("positional arguments")[0]
-    for command in ("run", "grid", "report", "model", "calibrate"):
+    for command in ("run", "grid", "report", "model", "calibrate", "serve"):
         assert any(line.startswith(command + " ") for line in description.splitlines()), command
 
 

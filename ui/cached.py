@@ -92,24 +92,66 @@ def plan_sweep(inputs, ns: tuple[int, ...]) -> pd.DataFrame:
 _RESULTS: OrderedDict = OrderedDict()
 
 
+INLINE_ROWS = 200  # a file with more rows is compared in the worker process (ui/offload.py)
+
+
 def validation_table(data: bytes, gpu_name: str | None, torch_version: str | None = None) -> tuple:
-    """(table, data's GPU, data's torch, description) for an uploaded validation CSV, memoised on the file's
-    SHA-256 and the GPU compared with (a 5 MB result costs tens of seconds to predict row by row; a re-run of the
-    page must not pay it again). ValueError when the file is not a validation result."""
+    """(table, GPU compared with, torch, what the data says, data's GPU, notes on skipped rows) for an uploaded
+    validation CSV, memoised on the file's SHA-256 and the GPU compared with: a re-run of the page never pays
+    again. Reading is bounded (ui.result_csv: MAX_RESULT_ROWS rows, a bad line costs that line); more than
+    INLINE_ROWS rows are predicted in a worker process under a time budget, off the other sessions' GIL.
+    ValueError when the file is not a validation result."""
     import hashlib
 
-    from estimator.hardware import get_gpu
     from ui import gpu as gpu_module
+    from ui import offload, result_csv
 
     key = (hashlib.sha256(data).hexdigest(), gpu_name, torch_version)
     if key in _RESULTS:
         _RESULTS.move_to_end(key)
         return _RESULTS[key]
-    frame = gpu_module.read_result_csv(data)
+    frame, notes = result_csv.read_result_csv(data)
     data_gpu, data_torch, said = gpu_module.data_gpu(frame)
     compare_gpu = gpu_name or data_gpu or "h200"
-    table = gpu_module.compare(frame, get_gpu(compare_gpu), torch_version or data_torch, estimate=estimate)
-    answer = _RESULTS[key] = (table, compare_gpu, torch_version or data_torch, said, data_gpu)
+    torch_version = torch_version or data_torch
+    if len(frame) > INLINE_ROWS:
+        table = offload.run(result_csv.compare_bounded, frame, compare_gpu, torch_version)
+    else:
+        table = result_csv.compare_bounded(frame, compare_gpu, torch_version)
+    stopped = int(table["error"].astype(str).str.startswith("not predicted:").sum()) if "error" in table else 0
+    if stopped:
+        notes = [*notes, f"{stopped:,} rows were not predicted: the time budget of "
+                         f"{result_csv.COMPARE_BUDGET_S:,.0f} s for one file ran out"]
+    answer = _RESULTS[key] = (table, compare_gpu, torch_version, said, data_gpu, tuple(notes))
     if len(_RESULTS) > 8:
         _RESULTS.popitem(last=False)
     return answer
+
+
+_TRACES: OrderedDict = OrderedDict()
+
+
+def trace(data: bytes, source: str):
+    """`estimator.model.trace.parse_trace` of an uploaded trace, memoised on the file's SHA-256 (a re-run of the
+    page does not parse the file again). ValueError when it is not a trace."""
+    import hashlib
+
+    from estimator.model.trace import parse_trace
+
+    key = (hashlib.sha256(data).hexdigest(), source)
+    if key in _TRACES:
+        _TRACES.move_to_end(key)
+        return _TRACES[key]
+    answer = _TRACES[key] = parse_trace(data, source)
+    if len(_TRACES) > 16:
+        _TRACES.popitem(last=False)
+    return answer
+
+
+@lru_cache(maxsize=64)
+def trace_report(inputs, trace) -> dict:
+    """`estimator.model.trace.trace_report` (PlanInputs and Trace are frozen and hashable): a re-run of the trace
+    page does not solve the largest n again."""
+    from estimator.model.trace import trace_report as report
+
+    return report(inputs, trace)

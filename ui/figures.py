@@ -15,6 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from estimator.units import GIB
+from ui.text import chart_text
 
 BACKEND_COLORS = {"math": "#d62728", "flash": "#1f77b4", "efficient": "#2ca02c", "cudnn": "#9467bd",
                   "eager": "#ff7f0e", "flex": "#8c564b", "flash-attn": "#17becf", "auto": "#7f7f7f"}
@@ -73,31 +74,31 @@ def memory_vs_n(sweep: pd.DataFrame, *, capacity_bytes: int, capacity_label: str
     for backend, rows in sweep.groupby("backend", sort=False):
         rows = rows.sort_values("n")
         y = [gib(v) if pd.notna(v) else None for v in rows[y_column]]
-        name = str(backend)
+        name = chart_text(backend)
         if all(v is None for v in y):  # cannot run at any n: named in the legend with the reason
             reason = ""
             if "error" in rows.columns:
                 reason = next((str(e) for e in rows["error"] if isinstance(e, str) and e), "")
                 reason = reason.split(": ", 1)[-1].split(";")[0]
                 reason = reason if len(reason) <= 48 else reason[:47] + "…"
-            name = f"{backend}: cannot run" + (f" ({reason})" if reason else "")
+            name = chart_text(f"{backend}: cannot run" + (f" ({reason})" if reason else ""))
         else:
             missing = [int(n) for n, v in zip(rows["n"], y, strict=True) if v is None]
             if missing:
-                name = f"{backend} (cannot run from n = {min(missing):,})" if min(missing) > min(ns) else \
-                    f"{backend} (cannot run at some n)"
+                name = chart_text(f"{backend} (cannot run from n = {min(missing):,})" if min(missing) > min(ns)
+                                  else f"{backend} (cannot run at some n)")
         fig.add_trace(go.Scatter(
             x=list(rows["n"].astype(int)), y=y, mode="lines+markers", name=name,
             line={"color": BACKEND_COLORS.get(str(backend)), "dash": BACKEND_DASHES.get(str(backend), "solid")},
             marker={"symbol": BACKEND_MARKERS.get(str(backend), "circle"), "size": 7}, connectgaps=False,
             visible=True if any(v is not None for v in y) else "legendonly",
-            hovertemplate=f"{backend}<br>n = %{{x:,}}<br>{_HOVER_GIB}<extra></extra>"))
+            hovertemplate=f"{chart_text(backend)}<br>n = %{{x:,}}<br>{_HOVER_GIB}<extra></extra>"))
     if ns:
         cap = capacity_bytes / GIB
         fig.add_trace(go.Scatter(
-            x=[ns[0], ns[-1]], y=[cap, cap], mode="lines", name=f"{capacity_label}: {cap:,.1f} GiB",
+            x=[ns[0], ns[-1]], y=[cap, cap], mode="lines", name=chart_text(f"{capacity_label}: {cap:,.1f} GiB"),
             line={"color": "black", "dash": "dash"},
-            hovertemplate=f"{capacity_label} capacity<br>{cap:,.2f} GiB<extra></extra>"))
+            hovertemplate=f"{chart_text(capacity_label)} capacity<br>{cap:,.2f} GiB<extra></extra>"))
     if current_n is not None:
         shown = [v for trace in fig.data for v in trace.y if v is not None and v > 0]
         if shown:
@@ -112,7 +113,7 @@ def memory_vs_n(sweep: pd.DataFrame, *, capacity_bytes: int, capacity_label: str
         fig.update_yaxes(type="log", title_text="memory per GPU (GiB)", tickvals=y_ticks, ticktext=y_text)
     else:
         fig.update_yaxes(type="log", title_text="memory per GPU (GiB)")
-    fig.update_layout(title=title, legend_title_text="backend", hovermode="closest",
+    fig.update_layout(title=chart_text(title), legend_title_text="backend", hovermode="closest",
                       legend={"orientation": "h", "yanchor": "top", "y": -0.22, "xanchor": "left", "x": 0},
                       margin={"l": 10, "r": 10, "t": 50, "b": 10}, height=520)
     return fig
@@ -125,12 +126,13 @@ def budget_breakdown(components: Sequence[tuple[str, int]], *, capacity_bytes: i
     for name, value in components:
         if value is None or value <= 0:
             continue
-        fig.add_trace(go.Bar(x=["plan"], y=[value / GIB], name=str(name),
-                             hovertemplate=f"{name}<br>{_HOVER_GIB}<extra></extra>"))
-    fig.add_trace(go.Bar(x=[capacity_label], y=[capacity_bytes / GIB], name="capacity",
+        fig.add_trace(go.Bar(x=["plan"], y=[value / GIB], name=chart_text(name),
+                             hovertemplate=f"{chart_text(name)}<br>{_HOVER_GIB}<extra></extra>"))
+    fig.add_trace(go.Bar(x=[chart_text(capacity_label)], y=[capacity_bytes / GIB], name="capacity",
                          marker={"color": "lightgrey"},
-                         hovertemplate=f"{capacity_label} capacity<br>{_HOVER_GIB}<extra></extra>"))
-    fig.update_layout(barmode="stack", title=title, yaxis_title="GiB", margin={"l": 10, "r": 10, "t": 50, "b": 10})
+                         hovertemplate=f"{chart_text(capacity_label)} capacity<br>{_HOVER_GIB}<extra></extra>"))
+    fig.update_layout(barmode="stack", title=chart_text(title), yaxis_title="GiB",
+                      margin={"l": 10, "r": 10, "t": 50, "b": 10})
     return fig
 
 
@@ -140,7 +142,7 @@ def shares(parts: dict[str, float], *, title: str) -> go.Figure:
     for name, value in parts.items():
         if value is None or value < 0:
             raise ValueError(f"shares: {name} must be a non-negative fraction, got {value!r}")
-        labels.append(name)
+        labels.append(chart_text(name))
         values.append(float(value))
     rest = 1.0 - sum(values)
     if rest > 1e-9:
@@ -151,7 +153,7 @@ def shares(parts: dict[str, float], *, title: str) -> go.Figure:
     fig = go.Figure(go.Pie(labels=labels, values=values, hole=0.45, sort=False, textposition="inside",
                            textinfo="percent", insidetextorientation="horizontal",
                            hovertemplate="%{label}: %{percent}<extra></extra>"))
-    fig.update_layout(title=title, margin={"l": 10, "r": 10, "t": 50, "b": 10},
+    fig.update_layout(title=chart_text(title), margin={"l": 10, "r": 10, "t": 50, "b": 10},
                       uniformtext={"minsize": 10, "mode": "hide"})
     return fig
 
@@ -166,8 +168,9 @@ def measured_vs_predicted(df: pd.DataFrame, *, measured: str = "measured_peak_ex
     for name, part in groups:
         fig.add_trace(go.Scatter(
             x=part[predicted].astype(float) / GIB, y=part[measured].astype(float) / GIB, mode="markers",
-            name=str(name), marker={"color": BACKEND_COLORS.get(str(name))},
-            hovertemplate=f"{name}<br>predicted %{{x:,.4f}} GiB<br>measured %{{y:,.4f}} GiB<extra></extra>"))
+            name=chart_text(name), marker={"color": BACKEND_COLORS.get(str(name))},
+            hovertemplate=f"{chart_text(name)}<br>predicted %{{x:,.4f}} GiB<br>measured %{{y:,.4f}} GiB"
+                          "<extra></extra>"))
     if len(rows):
         values = pd.concat([rows[measured], rows[predicted]]).astype(float) / GIB
         lo, hi = float(values.min()), float(values.max())
@@ -184,7 +187,8 @@ def percentile_bars(table: pd.DataFrame, *, value: str, title: str, unit: str) -
     y = table[value].astype(float)
     if unit == "GiB":
         y = y / GIB
-    fig = go.Figure(go.Bar(x=list(table["percentile"]), y=list(y),
-                           hovertemplate=f"%{{x}}: %{{y:,.3f}} {unit}<extra></extra>"))
-    fig.update_layout(title=title, yaxis_title=unit, margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    fig = go.Figure(go.Bar(x=[chart_text(p) for p in table["percentile"]], y=list(y),
+                           hovertemplate=f"%{{x}}: %{{y:,.3f}} {chart_text(unit)}<extra></extra>"))
+    fig.update_layout(title=chart_text(title), yaxis_title=chart_text(unit),
+                      margin={"l": 10, "r": 10, "t": 50, "b": 10})
     return fig

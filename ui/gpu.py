@@ -25,7 +25,6 @@ MAX_CALLS = 16
 REPEATS = 5  # repetitions per call; a cancel is honoured between two of them
 RUNS_PER_REPETITION = 5  # warm-up, peak, kernels, FLOPs, timed run: what one protocol measure() launches
 _JOB_LOCK = threading.Lock()
-LOCAL_ADDRESSES = ("localhost", "127.0.0.1", "::1")
 
 
 class Busy(RuntimeError):
@@ -46,12 +45,14 @@ class Settings:
 
 
 PLANNER_TOML = str(__import__("pathlib").Path(__file__).resolve().parents[1] / ".streamlit" / "planner.toml")
+_YES, _NO = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
 
 
-def settings(server_address: str | None, config_path: str = PLANNER_TOML, environ: dict | None = None) -> Settings:
-    """Read `.streamlit/planner.toml` ([validate] enable_gpu_jobs = true|false|"localhost", job_budget_s = 180)
-    and the environment (PLANNER_ENABLE_GPU_JOBS, PLANNER_JOB_BUDGET_S override it). Default: jobs only when the
-    server listens on localhost, at most 180 s of predicted GPU time each."""
+def settings(config_path: str = PLANNER_TOML, environ: dict | None = None) -> Settings:
+    """Read `.streamlit/planner.toml` ([validate] enable_gpu_jobs = true|false, job_budget_s = 180) and the
+    environment (PLANNER_ENABLE_GPU_JOBS, PLANNER_JOB_BUDGET_S override it). GPU jobs are opt-in: off unless a
+    setting says true. The listen address proves nothing about who presses the button (a web page the operator
+    visits can reach a localhost server, by DNS rebinding or by a form posted from another site), so it is not read."""
     import os
     import tomllib
 
@@ -62,21 +63,36 @@ def settings(server_address: str | None, config_path: str = PLANNER_TOML, enviro
             conf = tomllib.load(f).get("validate", {})
     except (OSError, tomllib.TOMLDecodeError):
         conf = {}
-    enable = str(environ.get("PLANNER_ENABLE_GPU_JOBS", conf.get("enable_gpu_jobs", "localhost"))).strip().lower()
+    from_env = "PLANNER_ENABLE_GPU_JOBS" in environ
+    raw = environ["PLANNER_ENABLE_GPU_JOBS"] if from_env else conf.get("enable_gpu_jobs", False)
+    enable = str(raw).strip().lower()
+    where = "PLANNER_ENABLE_GPU_JOBS" if from_env else "enable_gpu_jobs in .streamlit/planner.toml"
     try:
         budget = float(environ.get("PLANNER_JOB_BUDGET_S", conf.get("job_budget_s", 180)))
     except (TypeError, ValueError):
         budget = 180.0
-    budget = budget if budget > 0 else 180.0
-    local = (server_address or "").strip().lower() in LOCAL_ADDRESSES
-    if enable in ("true", "1", "yes"):
-        return Settings(True, budget, "enabled by the server's settings")
-    if enable in ("false", "0", "no"):
-        return Settings(False, budget, "disabled by the server's settings")
-    if local:
-        return Settings(True, budget, "the server listens on localhost only")
-    return Settings(False, budget, f"the server listens on {server_address or 'every interface'}, not localhost "
-                                   "only; set enable_gpu_jobs = true in .streamlit/planner.toml to allow them")
+    budget = budget if 0 < budget < float("inf") else 180.0
+    if enable in _YES:
+        return Settings(True, budget, f"enabled by {where}")
+    how = "set enable_gpu_jobs = true in .streamlit/planner.toml or PLANNER_ENABLE_GPU_JOBS=true to allow them"
+    if enable in _NO:
+        return Settings(False, budget, f"GPU jobs are opt-in and {where} does not opt in; {how}")
+    return Settings(False, budget, f"{where} is {raw!r}, not true or false, so they stay off; {how}")
+
+
+def machine_gpu(status: dict | None) -> tuple[str | None, str]:
+    """The catalog GPU of the CUDA device the job runs on (`torch.cuda.get_device_name`, mapped by
+    estimator.hardware.gpu_from_device_name), and why not when it has none: the guard and the time budget are
+    computed for this GPU, never for the plan's."""
+    from estimator.hardware import gpu_from_device_name
+
+    if status is None:
+        return None, "no CUDA GPU on this server"
+    name = gpu_from_device_name(str(status.get("name", "")))
+    if name is None:
+        return None, (f"this server's GPU ({status.get('name')}) is not in the catalog, so the guard and the time "
+                      "budget cannot be computed for it")
+    return name, ""
 
 
 def predicted_job_s(guarded: pd.DataFrame) -> float:
@@ -226,26 +242,10 @@ def data_gpu(measured: pd.DataFrame) -> tuple[str | None, str | None, str]:
     return name, modelled, said
 
 
-def read_result_csv(data: bytes) -> pd.DataFrame:
-    """A validation result CSV; ValueError (one line) when it is not one or has no usable row."""
-    import io
-
-    try:
-        frame = pd.read_csv(io.BytesIO(data))
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError, OverflowError) as exc:
-        raise ValueError(f"cannot read this CSV: {first_line(exc)}") from None
-    missing = [c for c in ("measured_peak_extra_bytes", *CALL_COLUMNS) if c not in frame.columns
-               and c not in ("mask", "dropout", "causal")]
-    if missing:
-        raise ValueError(f"not a validation CSV: missing columns {', '.join(missing)}")
-    measured = pd.to_numeric(frame["measured_peak_extra_bytes"], errors="coerce")
-    if frame.empty or not measured.notna().any():
-        raise ValueError("no row has a numeric measured_peak_extra_bytes")
-    return frame
-
-
-def compare(measured: pd.DataFrame, gpu: GPU, torch_version: str | None = None, estimate=None) -> pd.DataFrame:
-    """Measured rows beside the estimator's prediction for each (predicted peak, relative error, backend)."""
+def compare(measured: pd.DataFrame, gpu: GPU, torch_version: str | None = None, estimate=None,
+            should_stop: Callable[[], bool] = lambda: False) -> pd.DataFrame:
+    """Measured rows beside the estimator's prediction for each (predicted peak, relative error, backend). Once
+    `should_stop()` (a time budget) the remaining rows are kept with an `error` saying they were not predicted."""
     from estimator.call.attention import estimate_call
     from estimator.call.backends import DEFAULT_TORCH
     from validation.call.schema import tolerance_bytes
@@ -256,10 +256,15 @@ def compare(measured: pd.DataFrame, gpu: GPU, torch_version: str | None = None, 
     rows = []
     for row in measured.to_dict("records"):
         out = dict(row)
+        if should_stop():
+            out["error"] = "not predicted: the page's time budget for one file ran out"
+            rows.append(out)
+            continue
         try:
             call = AttentionCall(**{k: row[k] for k in CALL_COLUMNS if k in row and pd.notna(row[k]) and row[k] != ""})
         except (ValueError, TypeError, OverflowError) as exc:
-            out["error"] = first_line(exc)
+            text = first_line(exc)
+            out["error"] = text if len(text) <= 200 else text[:197] + "..."  # a 5,000-digit cell echoed
             rows.append(out)
             continue
         est = estimate(call, gpu, torch_version)

@@ -208,18 +208,11 @@ def call_query_from_values(values: Mapping) -> dict[str, str]:
 
 
 def spec_from_config_bytes(data: bytes, name: str = "config"):
-    """A ModelSpec from an uploaded Hugging Face config.json (bytes)."""
-    import json
+    """A ModelSpec from an uploaded Hugging Face config.json: its bytes, never a path (a JSON string is refused
+    as not an object, so an upload cannot name a file on the server)."""
+    from estimator.model.hf_config import from_hf_config_bytes
 
-    from estimator.model.hf_config import from_hf_config
-
-    try:
-        cfg = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ValueError("config: the file is not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"config: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    return from_hf_config(cfg, name=name)
+    return from_hf_config_bytes(data, name=name)
 
 
 def arch_values(spec) -> dict:

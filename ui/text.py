@@ -7,6 +7,7 @@ carry user input (URL parameters, file names, a config's values echoed in an err
 
 from __future__ import annotations
 
+import html
 import re
 
 from validation.errors import first_line as one_line  # noqa: F401 - the pages' name for it; its home is validation/errors.py
@@ -27,6 +28,17 @@ def md(text: object) -> str:
     return _MD_SPECIAL.sub(r"\\\1", plain)
 
 
+def html_text(text: object) -> str:
+    """For the few places that take HTML (graph labels): entities."""
+    return html.escape(str(text), quote=True)
+
+
+def chart_text(text: object) -> str:
+    """Text for a Plotly label, legend entry, title or hover template, shown literally: Plotly renders a subset of
+    HTML in them (<a href>, <b>, <br>, <span style>) and decodes entities after it has split the tags, so `<`, `>`,
+    `&` and quotes become entities; `%` becomes &#37; so that a hover template does not read `%{...}` in it as a
+    field (plotly.js src/lib/svg_text_utils.js and hovertemplateString)."""
+    return html_text(text).replace("%", "&#37;")
 
 
 def plural(count: int, word: str, plural_word: str | None = None) -> str:

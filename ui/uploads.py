@@ -40,3 +40,17 @@ def config_spec(uploaded):
         if isinstance(exc, RecursionError):
             text = "the JSON is nested too deeply"
         raise ValueError(text if text.startswith("config") else f"config: {text}") from None
+
+
+def config_dict(uploaded) -> dict:
+    """The uploaded config.json as a dict (after `config_spec` has read it: the same bytes, the same limit)."""
+    import json
+
+    data = read_bytes(uploaded, CONFIG_MAX_BYTES, "config")
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError(f"config: {one_line(exc)}") from None
+    if not isinstance(value, dict):
+        raise ValueError("config: expected a JSON object at the top level")
+    return value

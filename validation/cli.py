@@ -1,12 +1,15 @@
-"""`python -m validation run | grid | report | model | calibrate`: argument parsing and one-line errors, nothing
-else.
+"""`python -m validation run | grid | report | model | calibrate | serve`: argument parsing and one-line errors,
+nothing else.
 
 run        measure a predict-style CSV on the local GPU (or the CPU) beside the estimator's predictions
 grid       write a predict-style case list (nsweep, matrix, random, calibration, cpu, sweep)
 report     summarise a run's output: error tables, worst cases, the doubling check, kernel counts
-model      under torchrun: a HF model sharded over the processes (tp, cp, ZeRO-3), one row per rank beside the plan
+model      --config PATH | --preset NAME [plan flags]: your model and workload on one GPU (no torchrun), measured
+           phase by phase beside the plan; --family F under torchrun: a HF model sharded over the processes (tp, cp,
+           ZeRO-3)
 calibrate  measure GEMMs, memory-bound kernels, the launch floor, SDPA and optimizers on this machine, to a JSON
            file for `python -m estimator plan --calibration`
+serve      transformers' continuous batching serving a workload on the local device, beside the serving simulation
 """
 
 from __future__ import annotations
@@ -138,6 +141,11 @@ def _model(args) -> int:
     return main_model(args)
 
 
+def _serve(args) -> int:
+    from validation.serving.cli import main_serve
+    return main_serve(args)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m validation", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -175,8 +183,10 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--gpu", help="catalog GPU to predict for (default: from the data's device name)")
     rep.add_argument("--torch", help="torch version to predict for (default: the data's)")
     rep.set_defaults(func=_report)
-    mo = sub.add_parser("model", help="a HF model over several processes under torchrun (tp, cp, ZeRO-3), per-rank "
-                        "memory and time beside the plan's per-GPU figures (validation/model/distributed.py)")
+    mo = sub.add_parser("model", help="--config PATH or --preset NAME with the plan's flags: one GPU, no torchrun "
+                        "(python -m validation model --config X --help; validation/model/own_model.py); --family F "
+                        "under torchrun: several processes (tp, cp, ZeRO-3), per-rank memory and time beside the "
+                        "plan's per-GPU figures (validation/model/distributed.py)")
     from validation.model.distributed import add_arguments
     add_arguments(mo)
     mo.set_defaults(func=_model)
@@ -187,6 +197,11 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when torch sees a GPU, else cpu")
     c.add_argument("--budget-s", type=float, default=90.0, help="seconds before sections are cut; 0 = none")
     c.set_defaults(func=_calibrate)
+    sv = sub.add_parser("serve", help="transformers continuous batching serving a workload, per request beside "
+                        "the serving simulation (validation/serving/)")
+    from validation.serving.cli import add_arguments as serve_arguments
+    serve_arguments(sv)
+    sv.set_defaults(func=_serve)
     return p
 
 
@@ -213,11 +228,17 @@ def _sigterm_as_interrupt():
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = parser().parse_args(argv)
+    if argv[:1] == ["model"] and any(a in ("--config", "--preset") or a.startswith(("--config=", "--preset="))
+                                     for a in argv[1:]):  # one GPU, no torchrun: validation/model/own_model.py
+        from validation.model import own_model
+        args = own_model.parser().parse_args(argv[1:])
+        args.func = own_model.run_command
+    else:
+        args = parser().parse_args(argv)
     args.argv = argv
     try:
-        with _sigterm_as_interrupt(), (filtered_stderr() if args.command == "run"  # no Kineto start/stop lines
-                                       else contextlib.nullcontext()):
+        quiet = filtered_stderr() if getattr(args, "command", None) == "run" else contextlib.nullcontext()
+        with _sigterm_as_interrupt(), quiet:  # run: no Kineto profiler_start/stop lines
             return args.func(args)
     except ValueError as exc:
         print(f"error: {first_line(exc)}", file=sys.stderr)

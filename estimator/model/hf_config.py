@@ -4,11 +4,13 @@ tests/test_specs_hf.py checks the families against the parameters transformers a
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 from estimator.call.config import MAX_SEQ_LEN, check_positive_int
 from estimator.model.specs import ModelSpec
-from estimator.textfile import MAX_CONFIG_BYTES, read_json_limited
+from estimator.textfile import MAX_CONFIG_BYTES, MAX_JSON_DEPTH, json_depth, read_bytes_limited
 
 # model_type → defaults that the config file may leave out (each from that model's configuration_*.py in
 # transformers 5.17) and the family's fixed traits. `cfg` entries fill keys absent from the file.
@@ -22,8 +24,12 @@ _HF_DEFAULTS: dict[str, dict] = {
     "gemma2": {"tie_word_embeddings": True, "norms_per_layer": 4, "alternate_window": True,
                "cfg": {"head_dim": 256, "query_pre_attn_scalar": 256, "sliding_window": 4096,
                        "final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0}},
+    # Gemma3TextConfig's defaults (transformers 5.17 models/gemma3/configuration_gemma3.py): a multimodal file's
+    # text_config lists only what differs from them (google/gemma-3-4b-it leaves out the head counts)
     "gemma3_text": {"tie_word_embeddings": True, "norms_per_layer": 4, "qk_norm": True,
-                    "cfg": {"vocab_size": 262208, "head_dim": 256, "query_pre_attn_scalar": 256,
+                    "cfg": {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216,
+                            "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+                            "head_dim": 256, "query_pre_attn_scalar": 256,
                             "sliding_window": 4096, "sliding_window_pattern": 6, "max_position_embeddings": 131072}},
     "mixtral": {"tie_word_embeddings": False, "cfg": {"num_experts_per_tok": 2, "num_local_experts": 8}},
     "qwen2_moe": {"tie_word_embeddings": False, "qkv_bias": True, "shared_expert_gate": True,
@@ -47,6 +53,76 @@ _HF_DEFAULTS: dict[str, dict] = {
 }
 _HF_DEFAULTS["gemma3"] = _HF_DEFAULTS["gemma3_text"]  # a text-only file saved under the multimodal name
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+MAX_INT_DIGITS = 30  # far above any config value (int64 has 19 digits), far below Python's 4,300-digit limit
+TEXT_ONLY_NOTE = "text model only: the vision tower is not planned"
+
+
+class _Refused:
+    """A JSON number the reader refuses (too many digits, NaN, Infinity), kept until its key is known."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+
+def _parse_int(text: str):
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        return _Refused(f"an integer of {digits:,} digits; expected at most {MAX_INT_DIGITS}")
+    return int(text)
+
+
+def _parse_float(text: str):
+    value = float(text)
+    return value if math.isfinite(value) else _Refused(f"{text[:20]} is out of range; expected a finite number")
+
+
+def _parse_constant(text: str):
+    return _Refused(f"{text} is not a number; expected a finite number")
+
+
+def _refuse(key: str, value) -> None:
+    if isinstance(value, _Refused):
+        raise ValueError(f"config {key}: {value.why}")
+    if isinstance(value, list):
+        for item in value:
+            _refuse(key, item)
+
+
+def _object(pairs: list) -> dict:
+    for key, value in pairs:
+        _refuse(key, value)
+    return dict(pairs)
+
+
+def parse_hf_config_bytes(data: bytes, source: str = "config") -> dict:
+    """The one reader of a config.json's content, for the command line (the file's bytes) and the web page (the
+    upload's bytes; never a path): UTF-8 with or without a byte-order mark, at most MAX_CONFIG_BYTES, nested at
+    most MAX_JSON_DEPTH levels, an object at the top. An integer over MAX_INT_DIGITS digits, NaN or Infinity is
+    refused naming its key. ValueError with one line otherwise."""
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ValueError(f"{source}: larger than {MAX_CONFIG_BYTES:,} bytes; not a config.json")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{source}: not UTF-8 text (byte {exc.start})") from None
+    if json_depth(text) > MAX_JSON_DEPTH:
+        raise ValueError(f"{source}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        cfg = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant,
+                         object_pairs_hook=_object)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{source} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:  # pragma: no cover - the depth check comes first
+        raise ValueError(f"{source}: JSON nested too deeply") from None
+    if not isinstance(cfg, dict):
+        kind = {list: "an array", str: "a string", bool: "true or false", type(None): "null"}.get(type(cfg), "a number")
+        raise ValueError(f"{source}: expected a JSON object at the top level, got {kind}")
+    return cfg
+
+
+def from_hf_config_bytes(data: bytes, name: str = "config") -> ModelSpec:
+    """A ModelSpec from a config.json's content (an upload): parsed by parse_hf_config_bytes, never read as a path."""
+    return from_hf_config(parse_hf_config_bytes(data), name=name)
 
 
 def _hf_int(cfg: dict, key: str, default=None) -> int:
@@ -80,7 +156,8 @@ def _hf_count(cfg: dict, key: str) -> int:
 
 
 def from_hf_config(path_or_dict, name: str | None = None) -> ModelSpec:
-    """Build a ModelSpec from a local Hugging Face config.json (a path) or its parsed dict.
+    """Build a ModelSpec from a local Hugging Face config.json (a path: the command line's) or its parsed dict
+    (content from elsewhere, an upload, goes through from_hf_config_bytes).
 
     Covers the decoders llama, mistral, qwen2, qwen3, phi3, gemma, gemma2, gemma3 (text; `text_config` of the
     multimodal file), mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss, configs without a
@@ -92,7 +169,7 @@ def from_hf_config(path_or_dict, name: str | None = None) -> ModelSpec:
         raise ValueError(f"config: expected a path or a JSON object, got {type(path_or_dict).__name__}")
     else:
         path = Path(path_or_dict)
-        cfg = read_json_limited(path, MAX_CONFIG_BYTES, "config")
+        cfg = parse_hf_config_bytes(read_bytes_limited(path, MAX_CONFIG_BYTES, "config"), f"config {path}")
         # a Hub checkout's config.json is named after its folder (meta-llama/Llama-3.1-8B/config.json); any
         # other file after itself (/some/dir/x.json -> x, mixtral.config.json -> mixtral)
         stem = path.name.removesuffix(".json").removesuffix(".config") or path.stem
@@ -147,8 +224,9 @@ def from_hf_config(path_or_dict, name: str | None = None) -> ModelSpec:
         query_pre_attn_scalar=cfg.get("query_pre_attn_scalar") if model_type.startswith("gemma") else None,
         final_logit_softcap=cfg.get("final_logit_softcapping"),
         source=f"Hugging Face config.json ({model_type or '?'})" + (
-            f"; the language model of a {multimodal} vision-language file only: its vision tower and projector are "
-            "not in this spec (python -m estimator plan --config plans all three)" if multimodal else ""), **kw)
+            f"; {TEXT_ONLY_NOTE} (the language model of a {multimodal} vision-language file only; "
+            "python -m estimator plan --config plans its tower, projector and language model)" if multimodal else ""),
+        **kw)
 
 
 def _mla_from_hf(cfg: dict, heads: int) -> dict:

@@ -93,6 +93,24 @@ def test_trace_upload_through_the_browser(page, app_url, tmp_path):
     expect(page.get_by_text("P99 (n = 20,000)")).to_be_visible()
 
 
+def test_a_csv_cell_is_text_in_the_chart_legend_not_a_link(page, app_url, tmp_path):
+    """A validation CSV whose `backend` cell is an HTML link, on a row that carries its own peak_extra_bytes (so the
+    chart plots it although the call is invalid) beside a valid row: Plotly renders <a href> in legend entries, so
+    the page must hand it entities; the legend shows the tag as text and the chart holds no link to the site."""
+    header = ("id,backend,dtype,batch,q_heads,kv_heads,head_dim,q_len,kv_len,causal,mask,dropout,mode,status,"
+              "measured_peak_extra_bytes,peak_extra_bytes,ran_backend,n_kernels,device_name,torch_version")
+    rows = [f"r{i},{backend},bfloat16,1,8,8,128,4096,4096,1,none,0.0,forward,ok,{8 << 20},{8 << 20},flash,1,"
+            "NVIDIA H200,2.11.0+cu130" for i, backend in enumerate(["flash", '"<a href=""https://evil.example/"">x</a>"'])]
+    result = tmp_path / "measured.csv"
+    result.write_text("\n".join([header, *rows]) + "\n")
+    page.goto(f"{app_url}/validate")
+    page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(result))
+    chart = page.get_by_test_id("stPlotlyChart")
+    expect(chart.locator(".legendtext").filter(has_text="<a href=")).to_have_count(1)
+    expect(chart.locator('a[href*="evil.example"]')).to_have_count(0)
+    expect(page.get_by_test_id("stException")).to_have_count(0)
+
+
 def test_call_page_from_a_shared_url_runs_eager(page, app_url):
     page.goto(f"{app_url}/call?backend=eager&q_len=4096&kv_len=4096&q_heads=32&kv_heads=8&dtype=bfloat16")
     expect(metric(page, "backend that runs")).to_have_text("eager")

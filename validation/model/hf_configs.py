@@ -170,21 +170,29 @@ def family_config(name: str, layers: int | None = None, overrides: dict | str | 
         cfg.update(_TINY_COMMON)
         cfg.update(_TINY[name])
     if layers is not None:
-        layers = int(layers)
-        if layers < 1:
-            raise ValueError("layers must be >= 1")
-        cfg["num_hidden_layers"] = layers
-        if isinstance(cfg.get("layer_types"), list):
-            full = cfg["layer_types"]
-            cfg["layer_types"] = [full[i % len(full)] for i in range(layers)]
-        if cfg.get("max_window_layers") is not None:  # qwen: window applies to layers >= max_window_layers
-            cfg["max_window_layers"] = min(cfg["max_window_layers"], layers)
-        if cfg.get("first_k_dense_replace") is not None:  # deepseek: keep a dense first layer, MoE after it
-            cfg["first_k_dense_replace"] = min(cfg["first_k_dense_replace"], layers)
+        cut_layers(cfg, layers)
     if overrides:
         if isinstance(overrides, str):
             overrides = json.loads(overrides)
         cfg.update(overrides)
+    return cfg
+
+
+def cut_layers(cfg: dict, layers: int) -> dict:
+    """Set the decoder layer count of a config dict in place (and return it): `num_hidden_layers`, the
+    `layer_types` pattern repeated to the new length, and the per-layer-index fields that must stay within it
+    (qwen's max_window_layers, deepseek's first_k_dense_replace). Any config, built-in family or not."""
+    layers = int(layers)
+    if layers < 1:
+        raise ValueError("layers must be >= 1")
+    cfg["num_hidden_layers"] = layers
+    if isinstance(cfg.get("layer_types"), list) and cfg["layer_types"]:
+        full = cfg["layer_types"]
+        cfg["layer_types"] = [full[i % len(full)] for i in range(layers)]
+    if cfg.get("max_window_layers") is not None:  # qwen: window applies to layers >= max_window_layers
+        cfg["max_window_layers"] = min(cfg["max_window_layers"], layers)
+    if cfg.get("first_k_dense_replace") is not None:  # deepseek: keep a dense first layer, MoE after it
+        cfg["first_k_dense_replace"] = min(cfg["first_k_dense_replace"], layers)
     return cfg
 
 

@@ -132,9 +132,17 @@ class ModelSlot:
         self.dev.empty_cache()
 
     def key_of(self, case):
+        own = json.dumps(case["config"], sort_keys=True) if case.get("config") else ""
         return (case["family"], case["layers"], case["overrides"], case["attn_implementation"], load_dtype(case),
                 case["image_size"] if case["family"].startswith("vit") else "",
-                case["trainable"] if case["mode"] == "train" else "all")
+                case["trainable"] if case["mode"] == "train" else "all", own)
+
+    def config_of(self, case) -> dict:
+        """The config dict the case builds: its own `config` (a user's config.json, `validation model --config`,
+        layers already cut) or the family's from validation.model.hf_configs."""
+        if case.get("config"):
+            return case["config"]
+        return family_config(case["family"], case["layers"], case["overrides"] or None, self.tiny)
 
     def get(self, case):
         key = self.key_of(case)
@@ -143,9 +151,9 @@ class ModelSlot:
             if resident is None or resident == self.info["baseline_bytes"] + self.info["weights_bytes"]:
                 return self.model, self.info, False
         self.free()
-        if is_vision(case["family"]):
+        if is_vision(case["family"]) and not case.get("config"):
             return self._get_vision(case, key)
-        cfg = family_config(case["family"], case["layers"], case["overrides"] or None, self.tiny)
+        cfg = self.config_of(case)
         hf_cfg = to_hf_config(cfg)
         baseline = self.dev.allocated()
         notes = []
@@ -179,7 +187,7 @@ class ModelSlot:
         t = time.perf_counter()
         with torch.device(self.dev.device):
             model = build_vision(cfg, case["attn_implementation"], load_dtype(case))
-        set_trainable(model, cfg, key[-1])
+        set_trainable(model, cfg, case["trainable"] if case["mode"] == "train" else "all")  # as key_of keys it
         self.dev.sync()
         build_s = time.perf_counter() - t
         after = self.dev.allocated()
@@ -244,9 +252,10 @@ def _recompile_limit():
     return None
 
 
-def run_case(case: dict, slot: ModelSlot, dev: Dev, row: dict, run_fn=None):
-    """Fill `row` for one case; never raises (status ok / oom / error / unsupported)."""
-    box = PhaseBox()
+def run_case(case: dict, slot: ModelSlot, dev: Dev, row: dict, run_fn=None, box: PhaseBox | None = None):
+    """Fill `row` for one case; never raises (status ok / oom / error / unsupported). `box` (optional) is where
+    the phase being run is written (a caller can watch it: `validation model` prints each phase)."""
+    box = PhaseBox() if box is None else box
     t0 = time.perf_counter()
     try:
         if case["mode"] not in ("train", "prefill"):

@@ -1,0 +1,288 @@
+"""The time of one engine step (one forward over the scheduled batch), priced by the project's time model: every
+layer's kernels from estimator/model/layer_passes.py `layer_forward` (GEMMs at M = the step's tokens, norms, RoPE,
+the MLP or MoE block), the LM head for the rows that produce a token, the attention core from the attention
+estimator (estimator/call `estimate_call`) or, for a decode read, `Kernels.decode_attention_ms` over the cached
+bytes, and the tensor-parallel all-reduces from estimator/model/comm.py. Host time: Hugging Face eager runs each
+kernel from Python (step_time.DECODE_KERNEL_HOST_MS per launched kernel, DECODE_MODEL_PYTHON_MS per forward);
+with CUDA graphs a step pays one graph launch (the kernels are replayed, not dispatched).
+
+How each engine runs attention:
+- hf-cb through `paged|sdpa` or `paged|eager` (transformers 5.17 integrations/sdpa_paged.py): every layer gathers
+  the cached pages of the batch's requests and the new tokens into one k and v (K = sum of the cached lengths + Q),
+  repeats them to every query head (repeat_kv) and makes ONE call over the whole packed batch, q (1, heads, Q, d),
+  with the dense (1, 1, Q, K) mask; priced as those two copies and that masked call.
+- hf-cb through `paged|flash_attention_*`, vLLM, SGLang, TensorRT-LLM: varlen/paged kernels; each prefill chunk of
+  q tokens over ctx cached ones priced as its own flash call (q x (ctx + q)), every decode row as a read of its cache.
+
+Every attention call a step can make is priced once, when the pricer is built, on a geometric grid (4 points
+per octave; queries rounded up, keys interpolated linearly) in one columnar pass of the attention estimator.
+
+API (stable): `StepPricer(inputs, memory, cuda_graphs=)`, `.step_parts(q_tokens, logit_rows, decode_kv_tokens,
+prefill_chunks, masked_kv_tokens=0, decode_window_kv_tokens=None, masked_window_kv_tokens=None)` -> (GPU ms,
+kernels launched, K), `.step_ms(` the same `, *, requests=0, overhead=True)`; `.window`, `.full_layers`,
+`.sliding_layers`, `.masked` (hf-cb's packed masked call), `.attn_backend`.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from dataclasses import replace
+
+import numpy as np
+
+from estimator.call.attention import estimate_columns
+from estimator.call.config import AttentionCall
+from estimator.call.shapes import Calls, cdiv
+from estimator.hardware import get_gpu
+from estimator.model import layer_passes as passes
+from estimator.model.calibration import load_constants
+from estimator.model.comm import all_reduce_ms, link
+from estimator.model.inputs import PlanInputs
+from estimator.model.kernel_prices import Kernels
+from estimator.model.step_time import DECODE_KERNEL_HOST_MS, DECODE_MODEL_PYTHON_MS
+from estimator.serve.memory import EngineMemory
+
+GRID_PER_OCTAVE = 4
+# A CUDA-graph replay: one cudaGraphLaunch and the engine's input copies, host time per step. Taken as the
+# calibration's launch floor (one kernel launch) times 10 (input ids, positions, slot mapping, block table, sampling
+# tensors copied before the replay): an assumption, no engine's own figure.
+GRAPH_STEP_LAUNCHES = 10
+HF_Q_PADDING = 64  # transformers 5.17 continuous_batching/initialization.py FALLBACK_DEFAULTS q_padding_interval_size
+HF_KV_PADDING = 64 * 256  # kv_padding_interval_size
+
+
+# hf-cb's per-step host time beyond the generate loop's (transformers 5.17 runs a step from Python in sync mode:
+# continuous_api.py prepare_next_batch, the forward, a blocking copy of the tokens, update_batch). Its mechanism:
+# - per launched kernel: every kernel of the forward is dispatched from Python; the eager floor is
+#   step_time.DECODE_KERNEL_HOST_MS (23 us, the generate loop's decode profile), charged as max(GPU, kernels x 23 us);
+#   the paged forward adds its own Python per module call (integrations/sdpa_paged.py: cache.update's index_select
+#   in every layer), taken as PER_KERNEL ms per kernel the step launches, added to the step,
+#   so an architecture with more kernels a layer (gemma-2's four norms, its two layer types) pays for them;
+# - per scheduled request: the scheduler, input_outputs.py prepare_batch_tensors and update_batch loop over them;
+# - per token read: the read and write index lists are Python lists (cache_manager.py get_read_indices: one `range`
+#   per block), copied to the GPU;
+# - per step: the scheduler's own constant (BASE).
+# Fitted (non-negative least squares in ms over every measured step) on the H200 FIT set by
+#   python -m validation.serving.fit --cases validation/serving/cases/h200_fit.txt \
+#       --steps validation/data/h200_serve_fit_steps.csv
+# The FIT set has two architectures (llama-3.1-8b 1396 kernels a step, qwen2.5-7b 1224), so BASE and PER_KERNEL are
+# nearly collinear there; the fit keeps PER_KERNEL and drives BASE to its bound of zero.
+HF_CB_STEP_BASE_MS = 0.0
+HF_CB_STEP_PER_KERNEL_MS = 0.02092
+HF_CB_STEP_PER_REQUEST_MS = 0.2526
+HF_CB_STEP_PER_KV_TOKEN_MS = 0.0005906
+
+
+def hf_cb_overhead_ms(kernels: int, requests: int, kv_tokens: int) -> float:
+    """hf-cb's per-step host time beyond max(GPU, kernels x DECODE_KERNEL_HOST_MS) (see the constants above)."""
+    return (HF_CB_STEP_BASE_MS + HF_CB_STEP_PER_KERNEL_MS * kernels + HF_CB_STEP_PER_REQUEST_MS * requests
+            + HF_CB_STEP_PER_KV_TOKEN_MS * kv_tokens)
+
+
+def grid_up(x: int) -> int:
+    """x rounded up to the pricing grid: exact up to 16, then GRID_PER_OCTAVE points per octave."""
+    if x <= 16:
+        return max(1, x)
+    step = 2 ** math.floor(math.log2(x)) / GRID_PER_OCTAVE
+    return int(math.ceil(x / step) * step)
+
+
+def grid_points(maximum: int) -> list[int]:
+    """The pricing grid up to `maximum` (included, rounded up): every integer to 16, then GRID_PER_OCTAVE points
+    per octave."""
+    points = list(range(1, 17))
+    while points[-1] < maximum:
+        x = points[-1]
+        step = 2 ** math.floor(math.log2(x)) / GRID_PER_OCTAVE
+        points.append(int(math.floor(x / step + 1) * step))
+    return points
+
+
+def price_grid(gpu: str, q_heads: int, kv_heads: int, head_dim: int, dtype: str, backend: str, torch_version: str,
+               q_grid: list[int], k_grid: list[int], masked: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(times [q, k] of the full (non-causal) calls, times [q] of the causal q x q calls) of forward attention calls
+    of batch 1, priced by the attention estimator's columnar `estimate_columns` in one pass; where the requested
+    backend cannot run a call, the fastest that can (backend auto)."""
+    gpu_spec = get_gpu(gpu)
+    template = Calls.from_call(AttentionCall(batch=1, q_heads=q_heads, kv_heads=kv_heads, head_dim=head_dim,
+                                             q_len=1, kv_len=1, dtype=dtype, mask="bool" if masked else "none",
+                                             mode="forward", backend=backend))
+    Q, K = np.meshgrid(np.array(q_grid, dtype=np.int64), np.array(k_grid, dtype=np.int64), indexing="ij")
+    diag = np.array(q_grid, dtype=np.int64)
+    L = np.concatenate([Q.ravel(), diag])
+    S = np.concatenate([K.ravel(), diag])
+    causal = np.concatenate([np.zeros(Q.size, dtype=bool), np.ones(diag.size, dtype=bool)])
+    if masked:
+        causal[:] = False
+    c = replace(template, L=L, S=S, causal=causal, B=np.full(L.shape, template.B))
+    cols = estimate_columns(c, np.full(L.shape, backend, dtype=object), gpu_spec, torch_version)
+    times = np.where(cols["supported"], np.nan_to_num(np.asarray(cols["time_ms"], dtype=np.float64)), np.nan)
+    missing = ~np.asarray(cols["supported"], dtype=bool)
+    if missing.any():
+        fallback = estimate_columns(c, np.full(L.shape, "auto", dtype=object), gpu_spec, torch_version)
+        times = np.where(missing, np.asarray(fallback["time_ms"], dtype=np.float64), times)
+    times = np.nan_to_num(times)
+    return times[:Q.size].reshape(Q.shape), times[Q.size:]
+
+
+class StepPricer:
+    """Prices engine steps for one model, GPU, tp and engine (see the module docstring)."""
+
+    def __init__(self, inputs: PlanInputs, memory: EngineMemory, *, cuda_graphs: bool) -> None:
+        self.inputs = inputs
+        self.memory = memory
+        self.cuda_graphs = cuda_graphs
+        self.gpu = get_gpu(inputs.gpu)
+        consts = load_constants(inputs.calibration).with_overrides(inputs.gemm_efficiency, inputs.hbm_efficiency)
+        self.kern = Kernels(consts, self.gpu)
+        self.sync_ms = consts.sync_ms
+        m = inputs.model
+        self.masked = memory.engine == "hf-cb" and inputs.backend != "flash-attn"
+        self.attn_backend = inputs.backend if self.masked else "flash-attn"
+        self.dtype = inputs.dtype
+        self.hq, self.hk = inputs.q_heads_per_gpu, inputs.kv_heads_per_gpu
+        self.moe_frac = m.moe_layers / m.layers if m.layers else 0.0
+        self.V = cdiv(m.vocab, inputs.tp)
+        kind, bw = link(self.gpu, inputs.tp, 1, inputs.gpus_per_node)
+        self._link = (kind, bw)
+        self._linear: dict[int, tuple[float, float, int]] = {}
+        self._head: dict[int, tuple[float, float, int]] = {}
+        # the attention calls of every step shape this engine can run, priced at once
+        self._q_grid = grid_points(max(1, memory.max_batch_tokens))
+        longest = memory.num_blocks * memory.block_size + memory.max_batch_tokens if self.masked else max(
+            memory.kv_cache_tokens, memory.max_batch_tokens) + memory.max_batch_tokens
+        self._k_grid = grid_points(max(2, longest))
+        self._table, self._diag = price_grid(
+            inputs.gpu, self.hq, self.hq if self.masked else self.hk, m.head_dim, self.dtype, self.attn_backend,
+            inputs.torch_version, self._q_grid, self._k_grid, self.masked)
+        self.kv_bytes_per_token_layer = memory.kv_read_bytes_per_token
+        windows = inputs.windows
+        self.window = max((w for w in windows if w is not None), default=0)
+        self.sliding_layers = sum(1 for w in windows if w is not None)
+        self.full_layers = m.layers - self.sliding_layers
+
+    # --- the parts, memoised on the grid
+    def _linear_part(self, tokens: int, rows: int) -> tuple[float, float, int]:
+        """(GPU ms, eager host ms, kernels) of every layer's non-attention kernels over `tokens` tokens plus the
+        model level (embedding, final norm; the LM head over `rows` rows)."""
+        body = self._linear.get(grid_up(tokens))
+        if body is None:
+            body = self._layers(grid_up(tokens))
+            self._linear[grid_up(tokens)] = body
+        head = self._head.get(grid_up(rows))
+        if head is None:
+            p = passes.Pass()
+            passes.gemm(p, self.kern, grid_up(rows), self.V, self.inputs.model.hidden, self.dtype)
+            head = (sum(p.gpu.values()), p.cpu, p.kernels)
+            self._head[grid_up(rows)] = head
+        return body[0] + head[0], body[1] + head[1], body[2] + head[2]
+
+    def _layers(self, T: int) -> tuple[float, float, int]:
+        inp, kern, m = self.inputs, self.kern, self.inputs.model
+        total = passes.Pass()
+        for moe, count in ((False, m.layers * (1 - self.moe_frac)), (True, m.layers * self.moe_frac)):
+            if count <= 0:
+                continue
+            lp = passes.layer_forward(inp, kern, T, self.dtype, False, moe, 0.0, self.attn_backend)
+            total.merge(lp, count)
+        passes.mem(total, kern, "copy", T * m.hidden, self.dtype)
+        passes.norm(total, kern, "rmsnorm" if m.norm == "rmsnorm" else "layernorm", T * m.hidden, self.dtype)
+        total.add("memory_bound", 0.0, 0.0, 10)
+        gpu_ms = sum(total.gpu.values())
+        if inp.tp > 1:  # two all-reduces of the hidden states per layer (Megatron tensor parallel)
+            kind, bw = self._link
+            gpu_ms += 2 * m.layers * all_reduce_ms(T * m.hidden * passes.element_bytes(self.dtype), inp.tp, kind, bw)
+        return gpu_ms, total.cpu, total.kernels
+
+    def _call_ms(self, q: int, kv: int, causal: bool) -> float:
+        """One attention call's ms: q rounded up to the grid, kv interpolated linearly between its two grid
+        neighbours (an attention kernel's time is linear in the keys at fixed queries)."""
+        qg, kg = self._q_grid, self._k_grid
+        qi = min(bisect_left(qg, q), len(qg) - 1)
+        if causal and kv <= qg[qi]:
+            return float(self._diag[qi])
+        ki = bisect_left(kg, kv)
+        row = self._table[qi]
+        if ki < len(kg) and kg[ki] == kv:
+            return float(row[ki])
+        lo, hi = (ki - 1, ki) if ki < len(kg) else (len(kg) - 2, len(kg) - 1)
+        a, b = float(row[lo]), float(row[hi])
+        return a + (b - a) * (kv - kg[lo]) / (kg[hi] - kg[lo])
+
+    # --- one step
+    def step_parts(self, q_tokens: int, logit_rows: int, decode_kv_tokens: int,
+                   prefill_chunks: list[tuple[int, int]], masked_kv_tokens: int = 0,
+                   decode_window_kv_tokens: int | None = None,
+                   masked_window_kv_tokens: int | None = None) -> tuple[float, int, int]:
+        """(GPU ms, kernels launched, K of hf-cb's packed call after padding) of one step's forward; the arguments
+        as `step_ms`."""
+        if q_tokens <= 0:
+            return 0.0, 0, 0
+        m = self.inputs.model
+        win_dec = decode_kv_tokens if decode_window_kv_tokens is None else decode_window_kv_tokens
+        win_masked = masked_kv_tokens if masked_window_kv_tokens is None else masked_window_kv_tokens
+        if self.masked and self.cuda_graphs:
+            # hf-cb with CUDA graphs replays shapes padded to intervals (transformers 5.17 model_runner.py
+            # maybe_pad_inputs, utils.py pad_to_interval; initialization.py FALLBACK_DEFAULTS: q to 64 tokens, the
+            # keys read to 16384, capped at max_batch_tokens and the cache's pages)
+            padded_q = min(-(-q_tokens // HF_Q_PADDING) * HF_Q_PADDING, self.memory.max_batch_tokens)
+
+            def pad(k: int) -> int:
+                read = max(k - q_tokens, 0)
+                read = min(-(-read // HF_KV_PADDING) * HF_KV_PADDING if read else HF_KV_PADDING,
+                           self.memory.num_blocks * self.memory.block_size)
+                return padded_q + read
+
+            masked_kv_tokens, win_masked, q_tokens = pad(masked_kv_tokens), pad(win_masked), padded_q
+        gpu_ms, host_ms, kernels = self._linear_part(q_tokens, max(1, logit_rows))
+        attn_ms = 0.0
+        for layers, windowed in ((self.full_layers, False), (self.sliding_layers, True)):
+            if not layers:
+                continue
+            if self.masked:
+                K = win_masked if windowed else masked_kv_tokens
+                core = self._call_ms(q_tokens, max(K, q_tokens), False)
+                # transformers 5.17 integrations/sdpa_paged.py: cache.update gathers the read pages and the new
+                # tokens into one k and one v (index_select), repeat_kv copies them to every query head (GQA)
+                elements = K * self.kv_bytes_per_token_layer / passes.element_bytes(self.dtype)
+                gather = self.kern.mem_ms("copy", elements, self.dtype)[0]
+                repeat = (self.kern.mem_ms("copy", elements * self.hq / self.hk, self.dtype)[0]
+                          if self.hq > self.hk else 0.0)
+                attn_ms += layers * (core + gather + repeat)
+                continue
+            core = 0.0
+            read = win_dec if windowed else decode_kv_tokens
+            if read:
+                core += self.kern.decode_attention_ms("flash", read * self.kv_bytes_per_token_layer)
+            for chunk, ctx in prefill_chunks:
+                seen = min(ctx, self.window - 1) if windowed else ctx
+                core += self._call_ms(chunk, seen + chunk, seen == 0)
+            attn_ms += layers * core
+        kernels += 3 * m.layers
+        gpu_ms += attn_ms
+        return gpu_ms, kernels, max(masked_kv_tokens, q_tokens)
+
+    def step_ms(self, q_tokens: int, logit_rows: int, decode_kv_tokens: int,
+                prefill_chunks: list[tuple[int, int]], masked_kv_tokens: int = 0,
+                decode_window_kv_tokens: int | None = None, masked_window_kv_tokens: int | None = None, *,
+                requests: int = 0, overhead: bool = True) -> float:
+        """Wall ms of one step: `q_tokens` new tokens in the forward, `logit_rows` of them produce a token,
+        decode rows read `decode_kv_tokens` cached tokens in all, `prefill_chunks` are (chunk tokens, cached tokens
+        before the chunk); for hf-cb's masked path `masked_kv_tokens` is the K of its one packed call. Sliding-window
+        layers read at most window - 1 cached tokens a request: `decode_window_kv_tokens` and
+        `masked_window_kv_tokens` are those sums (None: the same as the full ones, no sliding layers). hf-cb steps
+        add the engine's measured per-step overhead for `requests` scheduled requests (`overhead=False`: without
+        it, as validation/serving/fit.py prices measured steps to fit it)."""
+        if q_tokens <= 0:
+            return 0.0
+        gpu_ms, kernels, K = self.step_parts(q_tokens, logit_rows, decode_kv_tokens, prefill_chunks,
+                                             masked_kv_tokens, decode_window_kv_tokens, masked_window_kv_tokens)
+        if self.cuda_graphs:
+            host = self.kern.k.launch_floor_ms * GRAPH_STEP_LAUNCHES
+            return max(gpu_ms, host) + self.sync_ms
+        host = kernels * DECODE_KERNEL_HOST_MS
+        extra = 0.0
+        if overhead and self.memory.engine == "hf-cb":
+            extra = hf_cb_overhead_ms(kernels, requests, K)
+        return max(gpu_ms, host) + DECODE_MODEL_PYTHON_MS + self.sync_ms + extra

@@ -1,0 +1,194 @@
+"""`python -m validation serve` on the CPU with a tiny model (transformers continuous batching for real), its
+records and summaries, the overhead fit and the comparison, and one-line errors on bad input."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import pytest
+
+from estimator.serve import step_cost
+from estimator.serve.workload import synthetic_workload
+from validation.cli import main
+from validation.serving import compare, fit, records
+
+TINY = ["--family", "llama-3.1-8b", "--tiny", "--layers", "2", "--block-size", "16", "--device", "cpu",
+        "--timeout-s", "120"]
+
+
+def read(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("serve")
+    cases = d / "cases.txt"
+    cases.write_text("# two runs, one model\n"
+                     + " ".join(TINY) + " --rate 40 --requests 6 --prompt-tokens uniform:20:60 --output-tokens 5 "
+                     "--num-blocks 64 --max-batch-tokens 96 --run-id poisson\n"
+                     + " ".join(TINY) + " --rate inf --requests 5 --prompt-tokens 30 --output-tokens uniform:2:6 "
+                     "--num-blocks 12 --max-batch-tokens 64 --run-id offline\n")
+    out, summary, steps = d / "req.csv", d / "sum.csv", d / "steps.csv"
+    rc = main(["serve", "--cases", str(cases), "--out", str(out), "--summary", str(summary), "--steps", str(steps)])
+    assert rc == 0
+    return read(out), read(summary), read(steps)
+
+
+def test_every_request_produces_exactly_its_output_length(run):
+    reqs, _, _ = run
+    assert {r["run"] for r in reqs} == {"poisson", "offline"}
+    for r in reqs:
+        assert r["finished"] == "1"
+        assert int(r["generated_tokens"]) == int(r["output_tokens"])  # EOS disabled
+        stamps = [float(t) for t in r["token_times_s"].split(";")]
+        assert len(stamps) == int(r["output_tokens"])
+        assert stamps == sorted(stamps)
+        assert float(r["arrival_s"]) <= float(r["start_s"]) <= float(r["first_token_s"]) <= float(r["finish_s"])
+        assert float(r["first_token_s"]) == stamps[0]
+
+
+def test_arrivals_are_honoured(run):
+    reqs, _, _ = run
+    wl = synthetic_workload(rate_per_s=40, requests=6, prompt_tokens="uniform:20:60", output_tokens=5, seed=0)
+    measured = [float(r["arrival_s"]) for r in reqs if r["run"] == "poisson"]
+    assert [int(r["prompt_tokens"]) for r in reqs if r["run"] == "poisson"] == [q.prompt_tokens for q in wl.requests]
+    for m, q in zip(measured, wl.requests, strict=False):
+        assert q.arrival_s - 1e-3 <= m <= q.arrival_s + 1.0  # added once its time has come, not before
+
+
+def test_summary_has_the_engine_cache_and_the_prediction(run):
+    _, summary, _ = run
+    by = {s["run"]: s for s in summary}
+    assert by["poisson"]["status"] == "ok" and by["offline"]["status"] == "ok"
+    assert int(by["poisson"]["num_blocks"]) == 64 and int(by["poisson"]["max_batch_tokens"]) == 96
+    assert int(by["offline"]["num_blocks"]) == 12 and int(by["offline"]["block_size"]) == 16
+    assert by["offline"]["attn_implementation"] == "paged|sdpa"
+    for s in summary:  # the simulation beside it: the same fixed knobs, hence the same cache
+        assert int(s["pred_num_blocks"]) == int(s["num_blocks"])
+        assert int(s["pred_max_batch_tokens"]) == int(s["max_batch_tokens"])
+        assert float(s["pred_ttft_p50_ms"]) > 0 and float(s["ttft_p99_ms"]) >= float(s["ttft_p50_ms"])
+    reqs, _, _ = run
+    assert all(r["pred_first_token_s"] and r["pred_finish_s"] for r in reqs)
+
+
+def test_steps_cover_every_token(run):
+    reqs, _, steps = run
+    for name in ("poisson", "offline"):
+        mine = [s for s in steps if s["run"] == name]
+        tokens = sum(int(s["q_tokens"]) for s in mine)
+        expected = sum(int(r["prompt_tokens"]) + int(r["output_tokens"]) - 1 for r in reqs if r["run"] == name)
+        assert tokens >= expected  # every prompt token and every fed-back token is a query token once (or more
+        assert all(int(s["requests"]) >= 1 for s in mine)  # when a preempted request recomputes)
+        assert max(int(s["q_tokens"]) for s in mine) <= (96 if name == "poisson" else 64)
+
+
+def test_tight_pool_is_respected(run):
+    _, _, steps = run
+    offline = [s for s in steps if s["run"] == "offline"]
+    assert min(int(s["free_blocks"]) for s in offline) >= 0
+    assert max(int(s["waiting"]) for s in offline) >= 1  # 12 blocks of 16 cannot hold five 36-token requests at once
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--rate", "0"], "rate"),
+    (["--rate", "2", "--prompt-tokens", "uniform:9:2"], "prompt_tokens"),
+    (["--rate", "2", "--requests", "5000"], "workload"),
+    (["--rate", "2", "--block-size", "2"], "block_size"),
+    ([], "--rate"),
+])
+def test_bad_input_is_one_line_naming_the_field(argv, field, tmp_path, capsys):
+    rc = main(["serve", *TINY, *argv, "--out", str(tmp_path / "o.csv"), "--no-predict"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith(f"error: {field}")
+    assert not (tmp_path / "o.csv").exists()
+
+
+def test_unsorted_workload_csv_and_bad_case_line(tmp_path, capsys):
+    wl = tmp_path / "w.csv"
+    wl.write_text("arrival_s,prompt_tokens,output_tokens\n1.0,10,2\n0.5,10,2\n")
+    assert main(["serve", *TINY, "--workload", str(wl), "--out", str(tmp_path / "o.csv")]) == 2
+    assert "arrival_s" in capsys.readouterr().err
+    cases = tmp_path / "c.txt"
+    cases.write_text("--tiny --rate 2 --requests 2\n--tiny --rate nope\n")
+    assert main(["serve", "--cases", str(cases), "--out", str(tmp_path / "o.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: rate") and "--rate nope" in err
+    cases.write_text("--tiny --rate 2 --bogus 3\n")
+    assert main(["serve", "--cases", str(cases), "--out", str(tmp_path / "o.csv")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --cases: bad line") and "--bogus" in err[0]
+
+
+def test_latency_summary_definitions():
+    rows = [{"arrival_s": 0.0, "first_token_s": 0.5, "finish_s": 1.5, "prompt_tokens": 10, "output_tokens": 11},
+            {"arrival_s": 1.0, "first_token_s": 1.2, "finish_s": 3.0, "prompt_tokens": 30, "output_tokens": 1},
+            {"arrival_s": 2.0, "first_token_s": None, "finish_s": None, "prompt_tokens": 5, "output_tokens": 4}]
+    s = records.latency_summary(rows)
+    assert s["ttft_p50_ms"] == pytest.approx(200.0) and s["ttft_p99_ms"] == pytest.approx(500.0)  # nearest rank
+    assert s["tpot_p50_ms"] == pytest.approx(100.0)  # (1.5 - 0.5) / 10; the 1-token request has none
+    assert s["makespan_s"] == pytest.approx(3.0)
+    assert s["output_tokens_per_s"] == pytest.approx(12 / 3.0)
+    assert s["total_tokens_per_s"] == pytest.approx(52 / 3.0)
+
+
+def test_overhead_fit_recovers_known_coefficients():
+    rows = []
+    for kernels in (700, 1400, 2500):
+        for req in (1, 4, 16, 64):
+            for kv in (100, 5_000, 40_000):
+                rows.append({"kernels": kernels, "requests": req, "max_kv_read": kv, "q_tokens": req,
+                             "duration_ms": 3.0 + 5.0 + 0.02 * kernels + 0.5 * req + 0.001 * (kv + req)})
+    got = fit.fit_overhead(rows, [3.0] * len(rows))
+    assert got["base"] == pytest.approx(5.0, rel=1e-6)
+    assert got["per_kernel"] == pytest.approx(0.02, rel=1e-6)
+    assert got["per_request"] == pytest.approx(0.5, rel=1e-6)
+    assert got["per_kv_token"] == pytest.approx(0.001, rel=1e-6)
+    clipped = fit.fit_overhead([{**r, "duration_ms": 3.0 + 0.5 * r["requests"] - 0.0 * r["max_kv_read"]}
+                                for r in rows], [3.0] * len(rows))
+    assert all(v >= 0 for v in clipped.values())
+
+
+def test_committed_constants_are_what_the_fit_command_gives():
+    pricers = fit.pricers_by_run("validation/serving/cases/h200_fit.txt")
+    rows = fit.read_steps("validation/data/h200_serve_fit_steps.csv")
+    got = fit.fit_overhead(rows, [fit.priced_ms(pricers[r["run"]][1], r) for r in rows])
+    assert step_cost.HF_CB_STEP_BASE_MS == pytest.approx(got["base"], rel=2e-3, abs=1e-3)
+    assert step_cost.HF_CB_STEP_PER_KERNEL_MS == pytest.approx(got["per_kernel"], rel=2e-3)
+    assert step_cost.HF_CB_STEP_PER_REQUEST_MS == pytest.approx(got["per_request"], rel=2e-3)
+    assert step_cost.HF_CB_STEP_PER_KV_TOKEN_MS == pytest.approx(got["per_kv_token"], rel=2e-3)
+
+
+def test_hf_cb_host_time_grows_with_the_architectures_kernels():
+    """Two steps of the same shape: the one launching more kernels (more layers) pays more hf-cb host time."""
+    small = step_cost.hf_cb_overhead_ms(708, 8, 4096)
+    large = step_cost.hf_cb_overhead_ms(2498, 8, 4096)
+    assert large - small == pytest.approx(step_cost.HF_CB_STEP_PER_KERNEL_MS * (2498 - 708))
+    assert large > small
+
+
+def test_compare_table_counts_the_bands():
+    row = {"run": "r", "num_blocks": 10, "pred_num_blocks": 10, "max_batch_tokens": 8, "pred_max_batch_tokens": 8,
+           "peak_error": 0.02, "throughput_error": -0.2}
+    row.update({f"{k}_error": e for k, e in zip(compare.LATENCIES, (0.1, 0.3, -0.19, math.nan), strict=False)})
+    text = compare.table([row])
+    assert "exact 1/1" in text and "peak within 3% 1/1" in text and "throughput within 15% 0/1" in text
+    assert "ttft p50 1/1" in text and "ttft p99 0/1" in text and "tpot p50 1/1" in text
+
+
+def test_hf_cb_step_pays_for_the_kernels_its_architecture_launches(tmp_path):
+    cases = tmp_path / "cases.txt"
+    cases.write_text("--family llama-3.1-8b --rate inf --requests 4 --run-id full\n"
+                     "--family llama-3.1-8b --layers 16 --rate inf --requests 4 --run-id half\n"
+                     "--family gemma-2-9b --rate inf --requests 4 --run-id gemma\n")
+    pricers = fit.pricers_by_run(str(cases))
+    step = {"q_tokens": 8, "requests": 8, "max_kv_read": 4096}
+    kernels = {run: pricer.step_parts(8, 8, 0, [], 4096 + 8)[1] for run, (_, pricer) in pricers.items()}
+    assert kernels["half"] < kernels["full"] < kernels["gemma"]
+    with_overhead = {run: pricer.step_ms(8, 8, 0, [], 4096 + 8, requests=8) for run, (_, pricer) in pricers.items()}
+    for run, (_, pricer) in pricers.items():
+        added = with_overhead[run] - fit.priced_ms(pricer, dict(step))
+        assert added == pytest.approx(step_cost.hf_cb_overhead_ms(kernels[run], 8, 4096 + 8), rel=1e-9)
+    assert with_overhead["gemma"] > with_overhead["full"] > with_overhead["half"]

@@ -19,18 +19,19 @@ st.caption("One `scaled_dot_product_attention` call (or the hand-written eager p
            "head_dim), k and v (batch, kv_heads, kv_len, head_dim). Peak extra bytes follow the project's "
            "measurement protocol: memory above the inputs during a warm call.")
 
+top = st.container()  # warnings, the verdict and the headline numbers: above the form, in view at 1280x720
 url_values, url_errors = state.call_values_from_query(st.query_params)
 for message in url_errors:
-    st.warning(md(message))
+    top.warning(md(message))
 forms.seed_state(PREFIX, url_values)
 forms.call_form(PREFIX)
 values = forms.read_values(PREFIX, state.CALL_DEFAULTS)
 
 try:
     gpu = get_gpu(values["gpu"])
-    call = AttentionCall(**{k: v for k, v in values.items() if k != "gpu"})
+    call = AttentionCall(**state.call_kwargs(values))  # the mask kind and its size as one mask (window:W)
 except ValueError as exc:
-    st.error(md(f"Cannot estimate this call: {one_line(exc)}"))
+    top.error(md(f"Cannot estimate this call: {one_line(exc)}"))
     st.stop()
 st.query_params.from_dict(state.call_query_from_values(values))
 forms.save_values(PREFIX, values)
@@ -38,7 +39,7 @@ forms.save_values(PREFIX, values)
 try:
     est = cached.estimate(call, gpu, TORCH_VERSION)
 except ValueError as exc:
-    st.error(md(f"Cannot estimate this call: {one_line(exc)}"))
+    top.error(md(f"Cannot estimate this call: {one_line(exc)}"))
     st.stop()
 
 
@@ -55,7 +56,7 @@ def known_reasons(est) -> list[str]:
 
 if not est.supported:
     reasons = known_reasons(est)
-    st.error(md(f"The {call.backend} backend cannot run this call on the {gpu.label}: "
+    top.error(md(f"The {call.backend} backend cannot run this call on the {gpu.label}: "
                 + ("; ".join(reasons) if reasons else "no backend accepts it (no reason recorded)")))
     st.subheader("Backends")
     st.table(sweeps.backend_text(sweeps.backend_table(call, gpu, torch_version=TORCH_VERSION,
@@ -63,17 +64,17 @@ if not est.supported:
     st.stop()
 else:
     total = est.input_bytes + est.peak_extra_bytes
-    verdict = st.success if est.fits else st.error
+    verdict = top.success if est.fits else top.error
     verdict(f"{'Fits' if est.fits else 'Does not fit'}: inputs {est.input_bytes / GIB:,.3f} GiB + peak extra "
             f"{est.peak_extra_bytes / GIB:,.3f} GiB = {total / GIB:,.3f} GiB of {gpu.memory_bytes / GIB:,.1f} GiB "
             f"on the {gpu.label}.")
-m1, m2, m3, m4 = st.columns(4)
+m1, m2, m3, m4 = top.columns(4)
 m1.metric("backend that runs", est.selected_backend)
 m2.metric("peak extra (GiB)", f"{est.peak_extra_bytes / GIB:,.3f}")
 m3.metric("time", duration(est.time_ms))
 m4.metric("FLOPs (FlopCounterMode)", f"{est.flops:.3e}")
 lo, hi = est.error_band
-st.caption(f"peak extra {est.peak_extra_bytes:,} bytes · score matrix (textbook B·H·L·S·element) "
+top.caption(f"peak extra {est.peak_extra_bytes:,} bytes · score matrix (textbook B·H·L·S·element) "
            f"{est.scores_bytes:,} bytes · executed FLOPs {est.executed_flops:.3e} · measured error band "
            f"{lo:+.1%} / {hi:+.1%}")
 

@@ -10,6 +10,7 @@ from estimator.hardware import get_gpu
 from estimator.model.hf_config import TEXT_ONLY_NOTE
 from estimator.model.presets import PRESETS
 from estimator.model.vision_presets import VISION_PRESETS
+from estimator.report.explain import communication_lines, zero_lines
 from estimator.units import gib
 from ui import cached, export, figures, forms, state, sweeps, uploads, vision_view
 from ui.text import duration, human, md, one_line
@@ -53,7 +54,13 @@ def show_advice(items) -> None:
 
 
 st.title("Plan a model")
-top = st.container()  # verdict, warnings and headline numbers: above the form, visible without scrolling
+top = st.container()  # warnings and errors, then the verdict and headline numbers: above the form
+verdict_box = st.container(key="plan_verdict")  # sticky (VERDICT_CSS): still in view after scrolling to Plan
+heads = st.container()
+# The verdict stays at the top of the view while the page scrolls (the form's Plan button is below the fold at
+# 1280x720, and a re-run keeps the scroll position). Static CSS, no user text.
+st.html("<style>div:has(> .st-key-plan_verdict){position:sticky;top:3.75rem;z-index:990;"
+        "background-color:var(--background-color, #fff);}</style>")  # the keyed block's wrapper is the flex item
 
 presets = [*PRESETS, *VISION_PRESETS]
 url_values, url_errors = state.values_from_query(st.query_params, presets=tuple(presets))
@@ -134,31 +141,32 @@ if not plan.supported:
             st.info(md(f"Fix ({item.id}): {human(item.title)}. {human(item.expected_effect)}"))
         if advisor_error:
             st.error(md(advisor_error))
-    from estimator.model.layer_attention import attention_call
+    from estimator.model.layer_attention import priced_attention_call
 
     st.subheader("Which backends can run this call")
-    st.table(sweeps.backend_text(sweeps.backend_table(attention_call(inputs), gpu, torch_version=inputs.torch_version,
+    st.table(sweeps.backend_text(sweeps.backend_table(priced_attention_call(inputs), gpu,
+                                                      torch_version=inputs.torch_version,
                                                       estimate=cached.estimate)))
     st.stop()
 
 # --- verdict -------------------------------------------------------------------------------------------------
-headroom = plan.capacity_bytes - plan.total_bytes
+fit = plan.fit  # the one verdict: the CLI table, the JSON, the advice and the workbook say the same
 where = gpu.label + (f" (× {inputs.gpus}: tp {inputs.tp}, cp {inputs.cp}, dp {inputs.dp})" if inputs.gpus > 1 else "")
-with top:
-    verdict_col, notes_col = st.columns([3, 2]) if notes else (st.container(), None)
-    runs = f" Attention backend: {plan.selected_backend}."
-    if plan.fits:
-        verdict_col.success(md(f"Fits: {gib_text(plan.total_bytes)} of {gib_text(plan.capacity_bytes)} per GPU on "
-                               f"the {where}; headroom {gib_text(headroom)}.{runs}"))
-    else:
-        verdict_col.error(md(f"Does not fit: {gib_text(plan.total_bytes)} needed per GPU, "
-                             f"{gib_text(plan.capacity_bytes)} on the {where}; short by {gib_text(-headroom)}.{runs}"))
+runs = f" Attention backend: {plan.selected_backend}."
+sentence = fit.text(gib_text)
+banner = verdict_box.success if fit.fits else verdict_box.error
+banner(md(f"{sentence[0].upper()}{sentence[1:]} (the {where}).{runs}"))
+with heads:
     for note in notes:
-        notes_col.warning(md(note.removeprefix("Note: ")))
-    c1, c2, c3, c4 = st.columns(4)
-    c1.metric("total per GPU", gib_text(plan.total_bytes))
-    c2.metric("headroom", gib_text(headroom))
-    max_n_slot, max_batch_slot = c3.empty(), c4.empty()  # filled at the end, when the solvers have run
+        st.warning(md(note.removeprefix("Note: ")))
+    c1, c2, c3, c4, c5 = st.columns(5)
+    c1.metric("total per GPU", gib_text(fit.total_bytes))
+    c2.metric("allocator reserve", gib_text(fit.allocator_reserve_bytes),
+              help="the step's largest single block, kept free: near the limit the caching allocator runs out in "
+                   "fragments")
+    c3.metric("headroom" if fit.fits else "short by", gib_text(fit.headroom_bytes if fit.fits else fit.short_by_bytes),
+              help="capacity − total − allocator reserve")
+    max_n_slot, max_batch_slot = c4.empty(), c5.empty()  # filled at the end, when the solvers have run
 
 parts = [(c.label, c.bytes) for c in plan.components]  # the budget's rows as (label, bytes per GPU)
 VIEWS = ("Budget", "Charts", "Advice", "Export")
@@ -173,13 +181,15 @@ if budget_tab.open:
                    f"chosen backend materialises: {gib_text(plan.attention_scores_bytes)}. KV cache per token: "
                    f"{plan.kv_cache_bytes_per_token:,} bytes.")
         st.subheader("Attention backend")
-        from estimator.model.layer_attention import attention_call  # the layer's call, as the advisor prices it
+        # the widest layer's call as the plan prices it (a window through SDPA: the dense bool-masked call)
+        from estimator.model.layer_attention import priced_attention_call
 
-        call = attention_call(inputs)
+        call = priced_attention_call(inputs)
         backends = sweeps.backend_table(call, gpu, torch_version=inputs.torch_version, estimate=cached.estimate)
         st.markdown(f"Per layer, each GPU makes the call **q ({call.batch}, {call.q_heads}, {call.q_len}, "
                     f"{call.head_dim}), k/v ({call.batch}, {call.kv_heads}, {call.kv_len}, {call.head_dim})**, "
-                    f"{call.dtype}, {'causal, ' if call.causal else ''}{call.mode}. "
+                    f"{call.dtype}, {'causal, ' if call.causal else ''}"
+                    f"{f'{call.mask} mask, ' if call.mask != 'none' else ''}{call.mode}. "
                     + ("It runs the hand-written **eager** path." if inputs.backend == "eager"
                        else f"PyTorch {inputs.torch_version} will run **{plan.selected_backend}**."))
         st.table(sweeps.backend_text(backends))
@@ -194,6 +204,16 @@ if budget_tab.open:
             t3.metric("decode FLOPs per token", "—" if plan.decode_flops_per_token is None
                       else f"{plan.decode_flops_per_token:.3e}")
             t4.metric("decode time per token", duration(plan.decode_time_ms_per_token))
+        comm_lines = communication_lines(plan)
+        if comm_lines:
+            st.subheader("Communication")
+            st.markdown("Exposed per GPU, what overlap leaves on the critical path:\n"
+                        + "\n".join(f"- {md(line)}" for line in comm_lines))
+        zero = zero_lines(plan, cached.budget)
+        if zero:
+            st.subheader("ZeRO stages")
+            st.markdown(f"Each stage re-planned over the {inputs.dp} data-parallel replicas:\n"
+                        + "\n".join(f"- {md(line)}" for line in zero))
         with st.expander("Assumptions behind these numbers"):
             st.markdown("\n".join(f"- {md(a)}" for a in plan.assumptions) or "none listed")
             st.json(plan.echoed_inputs(), expanded=False)
@@ -230,7 +250,9 @@ if export_tab.open:
         stem = f"plan-{export.safe_file_stem(inputs.model.name)}-n{inputs.seq_len}-b{inputs.batch}-{inputs.gpu}"
         st.caption("Every row of the spreadsheet's Budget sheet is a formula of its Inputs sheet: edit n or batch "
                    "there and the total and the verdict recompute (the backend-specific rows from the estimator's "
-                   "values tabulated over n and batch). `python -m estimator plan ... --xlsx PATH` writes the same "
+                   "values tabulated over n and batch; between grid points the sheet states its interpolation "
+                   "bound and, that near the limit, asks for a re-plan). `python -m estimator plan ... --xlsx PATH` "
+                   "writes the same "
                    "workbook.")
         e1, e2, e3 = st.columns(3)
         # Generated when clicked (deferred), so a re-run of the form does not pay for the files.

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 
 import streamlit as st
 
 from estimator.hardware import get_gpu
+from estimator.report.explain import host_bound_decode_note
 from estimator.units import GIB
 from ui import cached, figures, state, sweeps, uploads
 from ui.text import md, one_line, plural
@@ -57,6 +59,10 @@ decode = worst["decode_time_ms_per_token"]
     f"P99 (n = {worst['n']:,}): {worst['total_bytes'] / GIB:,.2f} GiB per GPU, "
     f"{'fits' if worst['fits'] else 'does not fit'}"
     + (f"; decode {decode:,.3f} ms per token." if decode is not None and decode == decode else "."))
+decodes = table["decode_time_ms_per_token"].dropna().round(3)
+if len(decodes) > 1 and decodes.nunique() == 1:  # the same decode at every percentile: say why
+    note = host_bound_decode_note(cached.budget(dataclasses.replace(inputs, seq_len=int(worst["n"]))))
+    st.info(md(note or "Decode per token is the same at every percentile: the step hardly depends on n here."))
 c1, c2 = st.columns(2)
 c1.plotly_chart(figures.percentile_bars(table, value="total_bytes", title="Total per GPU", unit="GiB"),
                 key="trace_bytes_chart")

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import replace
+from dataclasses import fields, replace
 from types import SimpleNamespace
 
 import pytest
@@ -158,7 +158,13 @@ def check_effect(inputs, options, advice):
     assert advice.bytes_metric == "attention peak_extra_bytes per layer call"
     baseline = replace(call, backend="auto") if advice.id == "pad-head-dim" else call
     assert advice.bytes_before == estimate_call(baseline, gpu, inputs.torch_version).peak_extra_bytes
-    after = estimate_call(replace(call, **{k: v for k, v in change.items() if k != "gpu"}),
+    call_fields = {f.name for f in fields(call)}  # the plan-only fields a dtype change carries along stay out
+    after = estimate_call(replace(call, **{k: v for k, v in change.items() if k in call_fields}),
                           get_gpu(change.get("gpu", inputs.gpu)), inputs.torch_version)
     assert advice.bytes_after == after.peak_extra_bytes
     assert advice.time_ms_after == pytest.approx(after.time_ms, rel=1e-12)
+    if advice.plan_bytes_after is not None:  # the whole plan re-run with the change, as its text quotes it
+        plan_fields = {f.name for f in fields(inputs)}
+        replanned = make_plan(replace(inputs, **{k: v for k, v in change.items() if k in plan_fields}), solve=False)
+        assert advice.plan_bytes_after == replanned.total_bytes
+        assert advice.plan_time_ms_after == pytest.approx(getattr(replanned, time_key), rel=1e-12)

@@ -148,9 +148,13 @@ def shares(parts: dict[str, float], *, title: str) -> go.Figure:
     if rest > 1e-9:
         labels.append("other")
         values.append(rest)
-    fig = go.Figure(go.Pie(labels=labels, values=values, hole=0.45, sort=False,
+    # labels inside the slices (an outside label of a small slice was clipped by the margins); a slice too small
+    # for its label hides it: the legend and the hover name it
+    fig = go.Figure(go.Pie(labels=labels, values=values, hole=0.45, sort=False, textposition="inside",
+                           textinfo="percent", insidetextorientation="horizontal",
                            hovertemplate="%{label}: %{percent}<extra></extra>"))
-    fig.update_layout(title=chart_text(title), margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    fig.update_layout(title=chart_text(title), margin={"l": 10, "r": 10, "t": 50, "b": 10},
+                      uniformtext={"minsize": 10, "mode": "hide"})
     return fig
 
 

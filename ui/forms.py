@@ -12,11 +12,11 @@ from collections.abc import Iterable, Mapping
 
 import streamlit as st
 
-from estimator.call.config import DTYPE_BITS, KV_DTYPE_BITS, MASKS
+from estimator.call.config import DTYPE_BITS, KV_DTYPE_BITS
 from estimator.call.registry import BACKENDS
 from estimator.hardware import CATALOG
 from estimator.model.recipes import OPTIMIZERS
-from ui.state import CALL_MODES, CHECKPOINTING, LOGITS, PLAN_MODES, PRECISION_CHOICES, ZERO_STAGES
+from ui.state import CALL_MASKS, CALL_MODES, CHECKPOINTING, LOGITS, PLAN_MODES, PRECISION_CHOICES, ZERO_STAGES
 
 
 def seed_state(prefix: str, url_values: Mapping) -> None:
@@ -46,7 +46,12 @@ def _int(label: str, key: str, help: str | None = None) -> None:
 
 def gpu_select(key: str) -> None:
     names = list(CATALOG)
-    st.selectbox("GPU", names, key=key, format_func=lambda n: f"{n} — {CATALOG[n].label}")
+    # the catalog name alone fits the select at 1280x720 ('h200 - NVIDIA H200 SX' was cut off); the full name
+    # and memory of the GPU chosen are in the caption under it
+    st.selectbox("GPU", names, key=key, help="the GPU catalog (estimator/hardware.py)")
+    chosen = st.session_state.get(key)
+    if chosen in CATALOG:
+        st.caption(f"{CATALOG[chosen].label}, {CATALOG[chosen].memory_bytes / 2**30:,.1f} GiB")
 
 
 def call_form(prefix: str = "call_") -> bool:
@@ -68,7 +73,11 @@ def call_form(prefix: str = "call_") -> bool:
             st.selectbox("backend", BACKENDS, key=f"{prefix}backend",
                          help="auto = what PyTorch picks; eager = the hand-written reference computation")
             st.checkbox("causal", key=f"{prefix}causal")
-            st.selectbox("mask", MASKS, key=f"{prefix}mask", help="a dense (batch, 1, q_len, kv_len) mask")
+            st.selectbox("mask", CALL_MASKS, key=f"{prefix}mask",
+                         help="bool / float: a dense (batch, 1, q_len, kv_len) mask tensor; window: a sliding window "
+                              "of W keys (window:W); document: K packed documents of equal length (document:K)")
+            st.number_input("mask size: window W or documents K", min_value=0, step=1, key=f"{prefix}mask_size",
+                            help="for a window or document mask only")
             st.number_input("dropout", min_value=0.0, max_value=0.99, step=0.05, key=f"{prefix}dropout")
             gpu_select(f"{prefix}gpu")
         return st.form_submit_button("Estimate", type="primary")
@@ -133,7 +142,7 @@ def plan_form(prefix: str, presets: list[str], source: str) -> tuple[bool, objec
         with c3:
             st.markdown("**Memory**")
             st.selectbox("dtype", list(DTYPE_BITS), key=f"{prefix}dtype")
-            st.selectbox("KV-cache dtype", [k for k in KV_DTYPE_BITS if k != "float32"], key=f"{prefix}kv_dtype")
+            st.selectbox("KV-cache dtype", list(KV_DTYPE_BITS), key=f"{prefix}kv_dtype")
             st.selectbox("activation checkpointing", CHECKPOINTING, key=f"{prefix}checkpointing")
             st.number_input("attention window (tokens, 0 = the model's own)", min_value=0, step=256,
                             key=f"{prefix}window")

@@ -14,9 +14,11 @@ from estimator.call.config import (
     KV_DTYPE_BITS,
     MASKS,
     MAX_SEQ_LEN,
+    STRUCTURED_MASKS,
     check_positive_int,
     normalize_dtype,
     parse_bool,
+    parse_mask,
 )
 from estimator.call.registry import BACKENDS
 from estimator.hardware import get_gpu
@@ -61,12 +63,13 @@ _CHOICES = {"source": MODEL_SOURCES, "mode": PLAN_MODES, "checkpointing": CHECKP
 
 CALL_DEFAULTS: dict = {
     "batch": 1, "q_heads": 32, "kv_heads": 8, "head_dim": 128, "q_len": 8192, "kv_len": 8192,
-    "dtype": "bfloat16", "causal": True, "mask": "none", "dropout": 0.0, "mode": "forward", "backend": "auto",
-    "gpu": "h200",
+    "dtype": "bfloat16", "causal": True, "mask": "none", "mask_size": 0, "dropout": 0.0, "mode": "forward",
+    "backend": "auto", "gpu": "h200",
 }
+CALL_MASKS = (*MASKS, *STRUCTURED_MASKS)  # the form's mask kinds; a structured one takes its size (W or K) too
 _CALL_INT_LIMITS = {"batch": 1 << 20, "q_heads": 1 << 16, "kv_heads": 1 << 16, "head_dim": 1 << 16,
                     "q_len": MAX_SEQ_LEN, "kv_len": MAX_SEQ_LEN}
-_CALL_CHOICES = {"mask": MASKS, "mode": CALL_MODES, "backend": BACKENDS}
+_CALL_CHOICES = {"mask": CALL_MASKS, "mode": CALL_MODES, "backend": BACKENDS}
 
 
 def _first(value):
@@ -161,17 +164,44 @@ def call_values_from_query(params: Mapping) -> tuple[dict, list[str]]:
     """Attention-call form values from a query string; errors for malformed parameters."""
     values, errors = dict(CALL_DEFAULTS), []
     for key, raw in params.items():
-        if key not in CALL_DEFAULTS:
+        if key not in CALL_DEFAULTS or key == "mask_size":
             continue
         try:
-            values[key] = _coerce(key, _first(raw), _CALL_INT_LIMITS, _CALL_CHOICES)
+            if key == "mask":  # none | bool | float | window:W | document:K, as the CLI and CSV spell it
+                kind, window, documents = parse_mask(_first(raw))
+                values["mask"], values["mask_size"] = kind, (window or documents if kind in STRUCTURED_MASKS else 0)
+            else:
+                values[key] = _coerce(key, _first(raw), _CALL_INT_LIMITS, _CALL_CHOICES)
         except ValueError as exc:
             errors.append(f"URL parameter {exc}")
     return values, errors
 
 
+def call_mask(values: Mapping) -> str:
+    """The form's mask kind and size as the estimator spells the mask: 'window:49', 'document:4', 'bool'."""
+    kind = values.get("mask", "none")
+    if kind not in STRUCTURED_MASKS:
+        return kind
+    size = values.get("mask_size") or 0
+    if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= MAX_SEQ_LEN:
+        what = "window W (keys)" if kind == "window" else "documents K"
+        raise ValueError(f"mask_size: a {kind} mask needs its {what} as a positive integer, got {size!r}")
+    return f"{kind}:{size}"
+
+
+def call_kwargs(values: Mapping) -> dict:
+    """AttentionCall's fields from the call form's values (the GPU is separate)."""
+    out = {k: v for k, v in values.items() if k not in ("gpu", "mask_size")}
+    out["mask"] = call_mask(values)
+    return out
+
+
 def call_query_from_values(values: Mapping) -> dict[str, str]:
-    return {k: str(int(v)) if isinstance(v, bool) else str(v) for k, v in values.items() if k in CALL_DEFAULTS}
+    query = {k: str(int(v)) if isinstance(v, bool) else str(v) for k, v in values.items()
+             if k in CALL_DEFAULTS and k != "mask_size"}
+    if "mask" in values:
+        query["mask"] = call_mask(values)
+    return query
 
 
 # --- form values → the estimator's configs (ValueError naming the field on bad input) ---------------------------

@@ -78,6 +78,7 @@ _SAME = re.compile(r"(\d[\d,]*(?:\.\d+)?\s?(?:GiB|MiB|ms|s|min|h|bytes|tokens)?)
 def human(text: str) -> str:
     """Field identifiers replaced by their names; 'X → X' (no change) written as 'unchanged at X'."""
     text = _FIELD.sub(lambda m: FIELD_NAMES[m.group(1)], str(text))
+    text = re.sub(r"\bper GPU(?: per GPU)+\b", "per GPU", text)  # 'total_bytes per GPU' names its unit twice
     return _SAME.sub(r"unchanged at \1", text)
 
 

@@ -1,11 +1,15 @@
-"""`python -m validation run | grid | report`: argument parsing and one-line errors, nothing else.
+"""`python -m validation run | grid | report | model | calibrate | serve`: argument parsing and one-line errors,
+nothing else.
 
-run    measure a predict-style CSV on the local GPU (or the CPU) beside the estimator's predictions
-grid   write a predict-style case list (nsweep, matrix, random, calibration, cpu, sweep)
-report summarise a run's output: error tables, worst cases, the doubling check, kernel counts
-model  --config PATH | --preset NAME [plan flags]: your model and workload on one GPU (no torchrun), measured phase by
-       phase beside the plan; --family F under torchrun: a HF model sharded over the processes (tp, cp, ZeRO-3)
-serve  transformers' continuous batching serving a workload on the local device, beside the serving simulation
+run        measure a predict-style CSV on the local GPU (or the CPU) beside the estimator's predictions
+grid       write a predict-style case list (nsweep, matrix, random, calibration, cpu, sweep)
+report     summarise a run's output: error tables, worst cases, the doubling check, kernel counts
+model      --config PATH | --preset NAME [plan flags]: your model and workload on one GPU (no torchrun), measured
+           phase by phase beside the plan; --family F under torchrun: a HF model sharded over the processes (tp, cp,
+           ZeRO-3)
+calibrate  measure GEMMs, memory-bound kernels, the launch floor, SDPA and optimizers on this machine, to a JSON
+           file for `python -m estimator plan --calibration`
+serve      transformers' continuous batching serving a workload on the local device, beside the serving simulation
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import time
 from estimator.files import refuse_same_file, write_atomic
 from estimator.hardware import get_gpu, gpu_from_device_name
 from validation.errors import first_line
+from validation.native_stderr import filtered_stderr
 
 
 def modelled_torch(version: str) -> str | None:
@@ -232,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parser().parse_args(argv)
     args.argv = argv
     try:
-        with _sigterm_as_interrupt():
+        quiet = filtered_stderr() if getattr(args, "command", None) == "run" else contextlib.nullcontext()
+        with _sigterm_as_interrupt(), quiet:  # run: no Kineto profiler_start/stop lines
             return args.func(args)
     except ValueError as exc:
         print(f"error: {first_line(exc)}", file=sys.stderr)

@@ -44,11 +44,14 @@ class Advice:
     time_metric: str = ""
     time_ms_before: float | None = None
     time_ms_after: float | None = None
+    # the whole plan re-run with `change` (kernel advice, whose bytes/time fields are per layer call, too)
+    plan_bytes_after: int | None = None
+    plan_time_ms_after: float | None = None
 
     def __post_init__(self) -> None:
         if self.id not in ADVICE_ORDER:
             raise ValueError(f"id: {self.id!r} is not a node of the decision tree")
-        for field in ("bytes_before", "bytes_after"):
+        for field in ("bytes_before", "bytes_after", "plan_bytes_after"):
             value = getattr(self, field)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
                 raise ValueError(f"{field}: expected a non-negative int of bytes, got {value!r}")
@@ -74,6 +77,26 @@ def ms(time_ms: float | None) -> str:
 
 
 # --- what the plan and the estimator are asked ----------------------------------------------------------------
+
+
+def replan_changes(inputs, changes: dict) -> dict:
+    """`changes` as a user re-running `plan` with those flags makes them: a new dtype carries along what followed
+    the old one, the KV-cache dtype (when it was the dtype) and, in training, the precision recipe (the same
+    recipe in the new dtype: bf16-mixed -> 16-mixed, bf16-true -> 16-true; else the dtype's default), since
+    PlanInputs derives the compute dtype from the recipe and would otherwise undo the change."""
+    from estimator.model.recipes import DEFAULT_PRECISION, PRECISIONS
+
+    out = dict(changes)
+    new = out.get("dtype")
+    if new is None or new == inputs.dtype:
+        return out
+    if "kv_dtype" not in out and inputs.kv_dtype == inputs.dtype:
+        out["kv_dtype"] = new
+    if inputs.mode == "training" and "precision" not in out:
+        recipe = (inputs.precision or "").partition("-")[2]
+        same = [p for p, r in PRECISIONS.items() if r.compute_dtype == new and p.partition("-")[2] == recipe]
+        out["precision"] = same[0] if same else DEFAULT_PRECISION[new]
+    return out
 
 
 class _Context:
@@ -103,6 +126,7 @@ class _Context:
     def plan(self, solve: bool = False, **changes) -> Plan | None:
         """`make_plan(replace(inputs, **changes), solve=solve)`, or None when the change is not a valid plan.
         `solve` also fills max_batch and max_seq_len (about 50 more budget evaluations)."""
+        changes = replan_changes(self.inputs, changes)
         key = (solve, tuple(sorted((k, repr(v)) for k, v in changes.items())))
         if key not in self._plans:
             try:
@@ -140,10 +164,19 @@ def _plan_advice(ctx: _Context, advice_id: str, title: str, why: str, effect: st
                  f"({'fits' if after.fits else 'does not fit'} in {gib(after.capacity_bytes)}); "
                  f"{ctx.time_metric} {ms(ctx.time_ms(before))} → {ms(ctx.time_ms(after))}"
                  f"{_percent(ctx.time_ms(before), ctx.time_ms(after))}.")
-    return Advice(id=advice_id, title=title, why=why, expected_effect=text, change=tuple(changes.items()),
+    return Advice(id=advice_id, title=title, why=why, expected_effect=text,
+                  change=tuple(replan_changes(ctx.inputs, changes).items()),
                   bytes_before=before.total_bytes, bytes_after=None if after is None else after.total_bytes,
                   time_metric=ctx.time_metric, time_ms_before=ctx.time_ms(before),
-                  time_ms_after=None if after is None else ctx.time_ms(after))
+                  time_ms_after=None if after is None else ctx.time_ms(after),
+                  plan_bytes_after=None if after is None else after.total_bytes,
+                  plan_time_ms_after=None if after is None else ctx.time_ms(after))
+
+
+def changes_text(changes) -> str:
+    """(field, value) pairs as a reader writes them: 'dtype float16 and backend auto'."""
+    parts = [f"{k.replace('_', ' ')} {getattr(v, 'name', v)}" for k, v in changes]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1] if parts else "no change"
 
 
 def _percent(before: float, after: float) -> str:
@@ -160,11 +193,17 @@ def _call_advice(ctx: _Context, advice_id: str, title: str, why: str, effect: st
     `before` overrides the baseline call and its estimate (default: the plan's own)."""
     call, est = before or (ctx.call, ctx.est)
     layers = ctx.inputs.model.layers
-    before_backend = "eager" if call.backend == "eager" else est.selected_backend
-    text = (f"{effect} Attention per layer ({before_backend} → {est_after.selected_backend}): peak "
-            f"{gib(est.peak_extra_bytes)} → {gib(est_after.peak_extra_bytes)}, time "
-            f"{ms(est.time_ms)} → {ms(est_after.time_ms)} per call, {ms(_times(est.time_ms, layers))} → "
-            f"{ms(_times(est_after.time_ms, layers))} over {layers} layers.")
+    after_text = (f"peak {gib(est_after.peak_extra_bytes)}, {ms(est_after.time_ms)} per call, "
+                  f"{ms(_times(est_after.time_ms, layers))} over {layers} layers")
+    if not est.supported:  # nothing to compare with: say what runs now and what the change makes of it
+        text = (f"{effect} Attention per layer: backend {call.backend} cannot run the call now; after the change "
+                f"{est_after.selected_backend} runs it: {after_text}.")
+    else:
+        before_backend = "eager" if call.backend == "eager" else est.selected_backend
+        text = (f"{effect} Attention per layer ({before_backend} → {est_after.selected_backend}): peak "
+                f"{gib(est.peak_extra_bytes)} → {gib(est_after.peak_extra_bytes)}, time "
+                f"{ms(est.time_ms)} → {ms(est_after.time_ms)} per call, {ms(_times(est.time_ms, layers))} → "
+                f"{ms(_times(est_after.time_ms, layers))} over {layers} layers.")
     changes = tuple((f, getattr(call_after, f)) for f in ("backend", "dtype", "head_dim", "mask", "causal", "q_len",
                                                           "kv_heads") if getattr(call_after, f) != getattr(ctx.call, f))
     if gpu_after is not None:

@@ -11,7 +11,9 @@ from estimator.advice.core import (
     _call_advice,
     _Context,
     _plan_advice,
+    changes_text,
     ms,
+    replan_changes,
 )
 from estimator.call.config import AttentionCall
 from estimator.hardware import CATALOG
@@ -42,11 +44,13 @@ def _with_plan(ctx: _Context, advice: Advice, **changes) -> Advice:
     after = ctx.plan(**changes)
     if after is None:
         return advice
-    what = ", ".join(f"{k}={v}" for k, v in changes.items())
-    return dataclasses.replace(advice, expected_effect=advice.expected_effect + (
-        f" Whole plan with {what}: total per GPU {gib(ctx.base.total_bytes)} → {gib(after.total_bytes)} "
-        f"({'fits' if after.fits else 'does not fit'}), {ctx.time_metric} {ms(ctx.time_ms(ctx.base))} → "
-        f"{ms(ctx.time_ms(after))}."))
+    changes = replan_changes(ctx.inputs, changes)  # as `plan` with these flags: what followed the dtype follows
+    merged = dict(advice.change) | changes
+    return dataclasses.replace(advice, change=tuple(merged.items()), plan_bytes_after=after.total_bytes,
+                               plan_time_ms_after=ctx.time_ms(after), expected_effect=advice.expected_effect + (
+        f" Whole plan with {changes_text(changes.items())}: total per GPU {gib(ctx.base.total_bytes)} → "
+        f"{gib(after.total_bytes)} ({'fits' if after.fits else 'does not fit'}), {ctx.time_metric} "
+        f"{ms(ctx.time_ms(ctx.base))} → {ms(ctx.time_ms(after))}."))
 
 
 def _half_dtype(ctx: _Context) -> str:
@@ -135,9 +139,16 @@ def rule_fused(ctx: _Context) -> list[Advice]:
     fix = _fused_fix(ctx)
     flash_reasons = "; ".join(ctx.est.reasons.get("flash", ())) or "none"
     if on_math:
+        blocked = {b: ", ".join(ctx.est.reasons.get(b, ())) for b in FUSED}
+        runnable = [b for b in FUSED if not blocked[b]]
+        if ctx.call.backend in ("math", "eager") and runnable:  # forced: say so, not 'why no fused backend'
+            reason = (f"the backend is forced to {ctx.call.backend}; {', '.join(runnable)} could run this call"
+                      + "".join(f"; {b} cannot: {blocked[b]}" for b in FUSED if blocked[b]))
+        else:
+            reason = "Why no fused backend: " + "; ".join(f"{b}: {blocked[b] or 'can run'}" for b in FUSED)
         why = (f"The {selected} path materialises the n² scores: {gib(ctx.est.scores_bytes)} of scores per layer "
-               f"(B·H·L·S·element size), a peak of {gib(ctx.est.peak_extra_bytes)} per call. Why no fused backend: "
-               + "; ".join(f"{b}: {', '.join(ctx.est.reasons.get(b, ())) or 'can run'}" for b in FUSED) + ".")
+               f"(B·H·L·S·element size), a peak of {gib(ctx.est.peak_extra_bytes)} per call. {reason[0].upper()}"
+               f"{reason[1:]}.")
         if fix is None:
             out.append(Advice(id="use-fused-kernel", title="Use a fused attention kernel", why=why,
                               expected_effect="No fused backend can run this call even with 16-bit inputs, "
@@ -147,7 +158,9 @@ def rule_fused(ctx: _Context) -> list[Advice]:
                               time_ms_before=ctx.est.time_ms))
         else:
             title = f"Use a fused attention kernel ({fix[1].selected_backend})"
-            advice = _call_advice(ctx, "use-fused-kernel", title, why, "With the changes listed in `change`:", *fix)
+            moved = [(f, getattr(fix[0], f)) for f in ("backend", "dtype", "mask", "causal", "head_dim")
+                     if getattr(fix[0], f) != getattr(ctx.call, f)]
+            advice = _call_advice(ctx, "use-fused-kernel", title, why, f"With {changes_text(moved)}:", *fix)
             plan_changes = {k: v for k, v in advice.change if k in ("backend", "dtype")}
             if len(plan_changes) == len(advice.change):  # a mask or a padded head_dim is not in the plan
                 advice = _with_plan(ctx, advice, **plan_changes)

@@ -36,7 +36,8 @@ from estimator.advice.recipe_rules import RULES as RECIPE_RULES
 from estimator.advice.tree import ADVICE_ORDER
 from estimator.advice.window_rules import RULES as WINDOW_RULES
 from estimator.call.backends import DEFAULT_TORCH
-from estimator.call.config import KV_DTYPE_BITS
+from estimator.call.config import DTYPE_BITS, KV_DTYPE_BITS
+from estimator.report.explain import decode_split_ms
 from estimator.units import gib
 
 if TYPE_CHECKING:
@@ -49,14 +50,16 @@ def rule_fits(ctx: _Context) -> list[Advice]:
     base = ctx.base
     if not base.fits:
         return []
-    headroom = base.capacity_bytes - base.total_bytes
+    fit = base.fit  # the one verdict: headroom after the allocator reserve, as the page and the CLI show it
+    headroom = fit.headroom_bytes
     limits = []
     if base.max_batch:
         limits.append(f"up to batch {base.max_batch:,}")
     if base.max_seq_len:
         limits.append(f"up to seq_len {base.max_seq_len:,}")
     why = (f"Total per GPU {gib(base.total_bytes)} of {gib(base.capacity_bytes)} "
-           f"({base.total_bytes / base.capacity_bytes:.0%}); attention runs {base.selected_backend}.")
+           f"({base.total_bytes / base.capacity_bytes:.0%}), {gib(fit.allocator_reserve_bytes)} kept free for the "
+           f"largest block; attention runs {base.selected_backend}.")
     return [Advice(id="fits", title=f"It fits, with {gib(headroom)} of headroom", why=why,
                    expected_effect=f"No change needed. Headroom {gib(headroom)}"
                                    + (f"; the estimator fits {' and '.join(limits)}." if limits else "."),
@@ -137,8 +140,14 @@ def rule_over_budget(ctx: _Context) -> list[Advice]:
         return []  # the forced backend cannot run: the kernel rules explain it, the totals mean nothing yet
     if base.fits:
         return _kv_rules(ctx)
-    over = base.total_bytes - capacity
-    why_over = f"Total per GPU {gib(base.total_bytes)} exceeds {gib(capacity)} by {gib(over)}"
+    fit = base.fit  # the one verdict: short by = total + allocator reserve - capacity, as every surface says
+    if base.total_bytes > capacity:
+        why_over = (f"Total per GPU {gib(base.total_bytes)} (+ {gib(fit.allocator_reserve_bytes)} kept free for the "
+                    f"largest block) exceeds {gib(capacity)}: short by {gib(fit.short_by_bytes)}")
+    else:
+        why_over = (f"Total per GPU {gib(base.total_bytes)} is under {gib(capacity)}, but with "
+                    f"{gib(fit.allocator_reserve_bytes)} kept free for the largest block it is short by "
+                    f"{gib(fit.short_by_bytes)}")
     best = ctx.plan(batch=dp, **({"checkpointing": "full"} if ctx.training else {}),
                     **({"backend": "auto"} if inputs.backend in ("math", "eager") else {}))
     batch_one_over = best is not None and not best.fits
@@ -165,7 +174,8 @@ def rule_over_budget(ctx: _Context) -> list[Advice]:
             out.append(_plan_advice(
                 ctx, "reduce-batch", f"Reduce the batch to {batch:,}",
                 f"{why_over} at batch {inputs.batch:,}, but it fits at batch {batch:,}: over budget only at the "
-                "larger batch, so reduce the batch first and accumulate gradients or queue requests.",
+                "larger batch, so reduce the batch first and "
+                + ("accumulate gradients." if ctx.training else "queue the other requests."),
                 f"Batch {inputs.batch:,} → {batch:,}.", after, batch=batch))
     if ctx.training and inputs.checkpointing != "full":
         out.extend(_checkpointing(ctx, why_over))
@@ -348,6 +358,15 @@ def _with_decode(advice: Advice, base: Plan, after: Plan) -> Advice:
     if base.decode_time_ms_per_token is None or after.decode_time_ms_per_token is None:
         return advice
     extra = (f" Decode {ms(base.decode_time_ms_per_token)} → {ms(after.decode_time_ms_per_token)} per token")
+    host_ms, gpu_ms = decode_split_ms(after)
+    if ms(base.decode_time_ms_per_token) == ms(after.decode_time_ms_per_token):
+        if host_ms > gpu_ms:
+            extra += (f" (unchanged: a decode step here is host-bound, {ms(host_ms)} of kernel launches against "
+                      f"{ms(gpu_ms)} of GPU work, so reading fewer bytes does not shorten it)")
+        elif after.inputs.kv_dtype not in DTYPE_BITS:
+            extra += (f" (unchanged: transformers' quantized cache dequantizes to {after.inputs.dtype} before "
+                      "attention (cache_utils.py QuantizedLayer.update), so decode attention reads as many bytes "
+                      "as before; the gain is memory)")
     if base.max_batch is not None and after.max_batch is not None and (base.max_batch or after.max_batch):
         extra += f"; concurrent sequences that fit {base.max_batch:,} → {after.max_batch:,}"
     return dataclasses.replace(advice, expected_effect=advice.expected_effect + extra + ".")

@@ -273,9 +273,14 @@ def format_table(plan: Plan, result: dict) -> str:
     lines = [f"{inp.model.name}: {inp.mode}, seq_len {inp.seq_len:,}, batch {inp.batch}, {inp.dtype}, "
              f"backend {inp.backend} -> {plan.selected_backend}, {inp.gpus} x {inp.gpu} (tp {inp.tp}, cp {inp.cp})",
              f"parameters {plan.params:,} ({plan.params_per_gpu:,} per GPU)", "", "memory per GPU"]
-    rows = (*((c.label, c.bytes) for c in plan.components), ("total", plan.total_bytes),
-            ("capacity", plan.capacity_bytes))
-    width = max(28, *(len(c.label) + 2 for c in plan.components))
+    fit = plan.fit  # the one verdict (estimator/model/budget.py), the page's and the workbook's too
+    rows = [*((c.label, c.bytes) for c in plan.components), ("total", plan.total_bytes)]
+    if fit.status != "cannot run":
+        rows.append(("allocator reserve (largest block)", fit.allocator_reserve_bytes))
+    rows.append(("capacity", plan.capacity_bytes))
+    if fit.status != "cannot run":
+        rows.append(("headroom", fit.headroom_bytes) if fit.fits else ("short by", fit.short_by_bytes))
+    width = max(36, *(len(c.label) + 2 for c in plan.components))
     for name, size in rows:
         lines.append(f"  {name:<{width}}{_gib(size):>16}{size:>22,} B")
     lines.append(f"  -> {plan.verdict}")
@@ -295,6 +300,17 @@ def format_table(plan: Plan, result: dict) -> str:
                          "(a cuDNN graph built per new cache length)")
     lines.append(f"  time shares: attention {plan.attention_share:.0%}, FFN {plan.ffn_share:.0%}, "
                  f"embedding/logits {plan.embedding_share:.0%}, other {plan.other_share:.0%}")
+    from estimator.model.budget import budget
+    from estimator.report.explain import communication_lines, zero_lines
+
+    comm = communication_lines(plan)
+    if comm:
+        lines += ["", "communication per GPU (exposed: what overlap leaves on the critical path)"]
+        lines += [f"  {line}" for line in comm]
+    zero = zero_lines(plan, budget)
+    if zero:
+        lines += ["", f"ZeRO stages over the {inp.dp} data-parallel replicas (each re-planned)"]
+        lines += [f"  {line}" for line in zero]
     lines += ["", f"largest seq_len at batch {inp.batch}: {plan.max_seq_len:,}; "
               f"largest batch at seq_len {inp.seq_len:,}: {plan.max_batch:,}"]
     for choice in result.get("gpu_choices", [])[:5]:

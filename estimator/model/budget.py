@@ -26,6 +26,73 @@ COMPONENT_KEYS = ("weights", "gradients", "optimizer_state", "optimizer_step", "
                   "kv_cache", "cublas_workspace", "cuda_context")
 
 _verdict_gib = partial(gib, mib_below_1gib=False, grouping=False)  # the verdict's style: '1256.75 GiB'
+FIT_STATUSES = ("fits", "does not fit", "cannot run")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """The one verdict every surface shows (page banner and metrics, CLI table, JSON, advice, workbook).
+
+    A plan fits when total + allocator reserve <= capacity: the reserve is the step's largest single block, kept
+    free because near the limit PyTorch's caching allocator runs out in fragments (activations.
+    largest_allocation_bytes). Headroom is what is left after both; short by is its negative."""
+
+    status: str
+    total_bytes: int
+    capacity_bytes: int
+    allocator_reserve_bytes: int
+    reason: str = ""  # cannot run: why the backend asked for cannot run the call
+
+    def __post_init__(self) -> None:
+        if self.status not in FIT_STATUSES:
+            raise ValueError(f"status: expected one of {', '.join(FIT_STATUSES)}, got {self.status!r}")
+        for name in ("total_bytes", "capacity_bytes", "allocator_reserve_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name}: expected a non-negative int of bytes, got {value!r}")
+        fits = self.total_bytes + self.allocator_reserve_bytes <= self.capacity_bytes
+        if self.status != "cannot run" and fits != (self.status == "fits"):
+            raise ValueError(f"status: {self.status!r} contradicts total + reserve vs capacity")
+
+    @property
+    def fits(self) -> bool:
+        return self.status == "fits"
+
+    @property
+    def headroom_bytes(self) -> int:
+        """Capacity minus total minus the allocator reserve: >= 0 exactly when the plan fits."""
+        return self.capacity_bytes - self.total_bytes - self.allocator_reserve_bytes
+
+    @property
+    def short_by_bytes(self) -> int:
+        """How much more memory the plan needs to fit (0 when it fits): the negative of the headroom."""
+        return max(0, -self.headroom_bytes)
+
+    def text(self, fmt=_verdict_gib) -> str:
+        """The verdict as one sentence, sizes written by `fmt` (bytes -> text): the same words on every surface."""
+        if self.status == "cannot run":
+            return self.reason
+        total, capacity, reserve = fmt(self.total_bytes), fmt(self.capacity_bytes), fmt(self.allocator_reserve_bytes)
+        if self.fits:
+            return (f"fits: {total} of {capacity} per GPU, {reserve} kept free for the largest block; "
+                    f"headroom {fmt(self.headroom_bytes)}")
+        if self.total_bytes <= self.capacity_bytes:
+            return (f"does not fit: {total} needed of {capacity} per GPU, but the step's largest block ({reserve}) "
+                    f"needs that much more free: near the limit the caching allocator runs out in fragments; "
+                    f"short by {fmt(self.short_by_bytes)}")
+        return (f"does not fit: {total} needed + {reserve} kept free for the largest block, {capacity} per GPU; "
+                f"short by {fmt(self.short_by_bytes)}")
+
+
+def fit_verdict(*, total_bytes: int, capacity_bytes: int, allocator_reserve_bytes: int,
+                cannot_run: str = "") -> Verdict:
+    """The verdict of a budget: cannot run (with `cannot_run`, the reason), fits, or does not fit."""
+    if cannot_run:
+        status = "cannot run"
+    else:
+        status = "fits" if total_bytes + allocator_reserve_bytes <= capacity_bytes else "does not fit"
+    return Verdict(status=status, total_bytes=total_bytes, capacity_bytes=capacity_bytes,
+                   allocator_reserve_bytes=allocator_reserve_bytes, reason=cannot_run)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +163,14 @@ class Plan:
     max_seq_len: int | None = None  # filled by make_plan's solvers
     max_batch: int | None = None
 
+    @property
+    def fit(self) -> Verdict:
+        """The plan's verdict (status, headroom, short by, the reserve as its own figure), from the same function
+        that set `verdict` and `fits`."""
+        return fit_verdict(total_bytes=self.total_bytes, capacity_bytes=self.capacity_bytes,
+                           allocator_reserve_bytes=self.allocator_reserve_bytes,
+                           cannot_run="" if self.supported else self.verdict)
+
     def component_bytes(self, key: str) -> int:
         """The bytes of the budget row with this key; 0 when the plan has no such row (e.g. no KV cache when
         training)."""
@@ -112,6 +187,9 @@ class Plan:
         out["components"] = [{"component": c.label, "bytes": c.bytes} for c in self.components]
         out["inputs"] = self.echoed_inputs()
         out["model"] = {**asdict(self.inputs.model), "params": self.inputs.model.params}
+        fit = self.fit
+        out["fit_status"] = fit.status  # fits / does not fit / cannot run
+        out["headroom_bytes"] = None if fit.status == "cannot run" else fit.headroom_bytes  # after the reserve
         return out
 
     def echoed_inputs(self) -> dict:
@@ -161,18 +239,18 @@ def budget(inputs: PlanInputs) -> Plan:
     capacity = gpu.memory_bytes
     # the caching allocator needs room for the largest single block on top of the peak (see the function)
     reserve = 0 if unsupported else largest_allocation_bytes(inputs, attn, z)
-    fits = not unsupported and total + reserve <= capacity
-    verdict = _unsupported_verdict(inputs, unsupported) if unsupported else _fit_verdict(total, capacity, reserve)
+    fit = fit_verdict(total_bytes=total, capacity_bytes=capacity, allocator_reserve_bytes=reserve,
+                      cannot_run=_unsupported_verdict(inputs, unsupported) if unsupported else "")
 
     flops = plan_flops(inputs, attn, unsupported=bool(unsupported))
     times = plan_times(inputs, attn, gpu, params_gpu, weights, kv_cache, flops, unsupported=bool(unsupported))
     return Plan(
-        inputs=inputs, supported=not unsupported, verdict=verdict, selected_backend=selected, params=m.params,
+        inputs=inputs, supported=not unsupported, verdict=fit.text(), selected_backend=selected, params=m.params,
         params_per_gpu=params_gpu, weights_bytes=weights, kv_cache_bytes=kv_cache,
         kv_cache_bytes_per_token=cdiv(per_token_bits, 8), kv_cache_bytes_per_sequence=cdiv(seq_bits, 8),
         attention_scores_bytes=scores_live, textbook_scores_bytes=textbook, activation_bytes=activations,
         gradient_bytes=grads, optimizer_bytes=optimizer, workspace_bytes=workspace, total_bytes=total,
-        capacity_bytes=capacity, allocator_reserve_bytes=reserve, fits=fits, prefill_flops=flops["forward"],
+        capacity_bytes=capacity, allocator_reserve_bytes=reserve, fits=fit.fits, prefill_flops=flops["forward"],
         prefill_executed_flops=flops["forward_executed"], training_step_flops=flops["step"],
         decode_flops_per_token=flops["decode"], flops_shares=flops["shares"], components=components,
         activation_detail=detail, assumptions=assumptions(inputs), **times)
@@ -238,14 +316,3 @@ def _unsupported_verdict(inputs: PlanInputs, unsupported: list[LayerAttention]) 
     est = unsupported[0].timing if not unsupported[0].timing.supported else unsupported[0].memory
     reasons = est.reasons.get(inputs.backend, ()) or tuple(r for rs in est.reasons.values() for r in rs)
     return f"backend {inputs.backend} cannot run this attention call: " + "; ".join(reasons or ("unknown",))
-
-
-def _fit_verdict(total: int, capacity: int, reserve: int) -> str:
-    """Fits or not, in GiB; near the limit, why the allocator's largest block decides it."""
-    if total + reserve <= capacity:
-        return f"fits: {_verdict_gib(total)} of {_verdict_gib(capacity)} per GPU"
-    if total <= capacity:
-        return (f"does not fit: {_verdict_gib(total)} needed of {_verdict_gib(capacity)} per GPU, but the step's "
-                f"largest block ({_verdict_gib(reserve)}) needs that much more free: near the limit the caching "
-                "allocator runs out in fragments")
-    return f"does not fit: {_verdict_gib(total)} needed, {_verdict_gib(capacity)} per GPU"

@@ -170,7 +170,10 @@ def from_hf_config(path_or_dict, name: str | None = None) -> ModelSpec:
     else:
         path = Path(path_or_dict)
         cfg = parse_hf_config_bytes(read_bytes_limited(path, MAX_CONFIG_BYTES, "config"), f"config {path}")
-        label = name or path.parent.name or path.stem
+        # a Hub checkout's config.json is named after its folder (meta-llama/Llama-3.1-8B/config.json); any
+        # other file after itself (/some/dir/x.json -> x, mixtral.config.json -> mixtral)
+        stem = path.name.removesuffix(".json").removesuffix(".config") or path.stem
+        label = name or (path.parent.name if stem == "config" and path.parent.name else stem)
     if not isinstance(cfg, dict):
         raise ValueError("config: expected a JSON object at the top level")
     multimodal = cfg.get("model_type") if isinstance(cfg.get("vision_config"), dict) else None

@@ -58,6 +58,41 @@ def dense_mask(inputs: PlanInputs, window: int | None) -> bool:
     return window is not None and inputs.seq_len >= window
 
 
+def _as_run(inputs: PlanInputs, window: int | None) -> tuple[int, dict, int, int]:
+    """(span, the whole-sequence call's fields as the framework runs this layer, its mask bytes, its k/v repeat
+    bytes): see `attention_layers`."""
+    m = inputs.model
+    n, b, es = inputs.seq_len, inputs.batch_per_gpu, DTYPE_BITS[inputs.dtype] // 8
+    span = n if window is None else min(n, window)
+    masked = dense_mask(inputs, window)
+    mask_bytes = kv_repeat = 0
+    whole = dict(q_len=n, kv_len=span, causal=m.kind == "decoder" and span == n)
+    if inputs.backend in ("flex", "flash-attn"):  # only the blocks the window keeps are computed
+        whole = dict(q_len=n, kv_len=n, causal=m.kind == "decoder",
+                     mask="none" if window is None or window >= n else f"window:{window}")
+        if inputs.backend == "flex":  # one BlockMask per kind of layer: 4 int32 (b, 1, n/128, n/128) tensors
+            mask_bytes = 16 * b * cdiv(n, 128) ** 2
+    elif masked and inputs.backend == "eager":
+        whole = dict(q_len=n, kv_len=n, causal=m.kind == "decoder")
+        mask_bytes = b * n * n * es  # torch.where(bool mask, 0, finfo.min) in the model dtype
+    elif masked:
+        whole = dict(q_len=n, kv_len=n, causal=False, mask="bool", kv_heads=inputs.q_heads_per_gpu)
+        mask_bytes = n * n  # bool (1, 1, q, kv), expanded over the batch (a view)
+        if inputs.kv_heads_per_gpu < inputs.q_heads_per_gpu:
+            kv_repeat = 2 * b * inputs.tokens_per_gpu * inputs.q_heads_per_gpu * m.head_dim * es
+    return span, whole, mask_bytes, kv_repeat
+
+
+def priced_attention_call(inputs: PlanInputs) -> AttentionCall:
+    """The widest layer's call as the plan prices it (the framework's own: a window through SDPA is the dense
+    bool-masked (seq_len × seq_len) call, not a (seq_len × window) band), so a page shows the call whose backend
+    the plan reports."""
+    windows = inputs.windows
+    widest = None if None in windows else max(windows)
+    span, whole, _, _ = _as_run(inputs, widest)
+    return attention_call(inputs, span, **whole)
+
+
 def attention_layers(inputs: PlanInputs) -> list[LayerAttention]:
     """One estimate_call per distinct window, priced as the framework runs it. Without a window: (seq_len ×
     seq_len), causal for decoders. With a window through SDPA: the full (seq_len × seq_len) call with a bool mask
@@ -65,26 +100,9 @@ def attention_layers(inputs: PlanInputs) -> list[LayerAttention]:
     fused backends that take no mask (flash) cannot run it. Eager computes the full causal scores whatever the
     window (the window lives in its float mask)."""
     m, gpu = inputs.model, gpu_of(inputs)
-    n, b, es = inputs.seq_len, inputs.batch_per_gpu, DTYPE_BITS[inputs.dtype] // 8
     out = []
     for window in sorted(set(inputs.windows), key=lambda w: (w is None, w or 0)):
-        span = n if window is None else min(n, window)
-        masked = dense_mask(inputs, window)
-        mask_bytes = kv_repeat = 0
-        whole = dict(q_len=n, kv_len=span, causal=m.kind == "decoder" and span == n)
-        if inputs.backend in ("flex", "flash-attn"):  # only the blocks the window keeps are computed
-            whole = dict(q_len=n, kv_len=n, causal=m.kind == "decoder",
-                         mask="none" if window is None or window >= n else f"window:{window}")
-            if inputs.backend == "flex":  # one BlockMask per kind of layer: 4 int32 (b, 1, n/128, n/128) tensors
-                mask_bytes = 16 * b * cdiv(n, 128) ** 2
-        elif masked and inputs.backend == "eager":
-            whole = dict(q_len=n, kv_len=n, causal=m.kind == "decoder")
-            mask_bytes = b * n * n * es  # torch.where(bool mask, 0, finfo.min) in the model dtype
-        elif masked:
-            whole = dict(q_len=n, kv_len=n, causal=False, mask="bool", kv_heads=inputs.q_heads_per_gpu)
-            mask_bytes = n * n  # bool (1, 1, q, kv), expanded over the batch (a view)
-            if inputs.kv_heads_per_gpu < inputs.q_heads_per_gpu:
-                kv_repeat = 2 * b * inputs.tokens_per_gpu * inputs.q_heads_per_gpu * m.head_dim * es
+        span, whole, mask_bytes, kv_repeat = _as_run(inputs, window)
 
         def estimate(whole=whole, span=span, **changes):
             call_fields = {**whole, **changes}

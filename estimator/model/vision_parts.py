@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from estimator.call.attention import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
 from estimator.call.config import element_bytes
-from estimator.model.budget import Plan, budget
+from estimator.model.budget import Plan, budget, fit_verdict
 from estimator.model.inputs import PlanInputs, gpu_of
 from estimator.model.recipes import optimizer_state_bytes, optimizer_step_transient_bytes
 from estimator.model.specs import ModelSpec
@@ -235,9 +235,9 @@ def _finish(req, tokens, parts, phases, persistent, kv, kv_per_token, extra_time
     capacity = gpu_of(req.base).memory_bytes
     reason = _unsupported(plans)
     reserve = max((p.allocator_reserve_bytes for p in plans), default=0)
-    fits = not reason and total + reserve <= capacity
-    verdict = reason or (f"fits: {total / 2**30:.2f} GiB of {capacity / 2**30:.2f} GiB per GPU" if fits else
-                         f"does not fit: {total / 2**30:.2f} GiB needed, {capacity / 2**30:.2f} GiB per GPU")
+    fit = fit_verdict(total_bytes=total, capacity_bytes=capacity, allocator_reserve_bytes=reserve,
+                      cannot_run=reason)  # the one verdict (estimator/model/budget.py), the reserve counted
+    fits, verdict = fit.fits, fit.text()
     time_key = "step_time_ms" if training else "prefill_time_ms"
     split_t = {p.name: round(_part_time(p, training), 4) for p in parts}
     if extra_time:

@@ -33,7 +33,8 @@ def swin_plan(req: VisionRequest, tokens: dict) -> VisionPlan:
                               backend="eager" if base.backend == "eager" else (
                                   backend if backend != "none" else base.backend)))
         if not est.supported:
-            plan = replace(plan, supported=False, verdict=f"backend {base.backend} cannot run Swin's window "
+            plan = replace(plan, supported=False, fits=False,
+                           verdict=f"backend {base.backend} cannot run Swin's window "
                            "attention with its float relative-position bias: " +
                            "; ".join(r for rs in est.reasons.values() for r in rs)[:300])
         params = m.params if i == 0 else 0

@@ -1,6 +1,10 @@
 """The grid of n (`seq_len`) and batch the estimator is tabulated on for the budget workbook's *Tables* sheet
 (`n_grid`, `batch_grid`, `tabulate`), and the interpolation its formulas compute between grid points
-(`interpolate`: power law in n, linear in batch). Pure Python; estimator/report/xlsx.py writes the table."""
+(`interpolate`: power law in n, linear in batch), and how far that interpolation can be from the estimator between
+grid points (`interpolation_bound`). Pure Python; estimator/report/xlsx.py writes the table.
+
+Each grid row holds the budget components in the plan's order, then the allocator reserve (the step's largest
+block, which the verdict keeps free: estimator/model/budget.py `fit_verdict`)."""
 
 from __future__ import annotations
 
@@ -43,7 +47,8 @@ def effective_batch(batch: int, dp: int) -> int:
 
 
 def tabulate(inputs, plan_fn: Callable, ns: Sequence[int], bs: Sequence[int]) -> dict:
-    """Per grid point (n, batch): each budget component's bytes (by position) and whether the plan can run."""
+    """Per grid point (n, batch): each budget component's bytes (by position), then the allocator reserve, and
+    whether the plan can run."""
     width = None
     values: dict[tuple[int, int], tuple[int, ...]] = {}
     ok: dict[tuple[int, int], int] = {}
@@ -53,7 +58,7 @@ def tabulate(inputs, plan_fn: Callable, ns: Sequence[int], bs: Sequence[int]) ->
                 plan = plan_fn(dataclasses.replace(inputs, seq_len=n, batch=b))
             except ValueError:
                 continue
-            row = tuple(c.bytes for c in plan.components)
+            row = (*(c.bytes for c in plan.components), plan.allocator_reserve_bytes)
             width = width or len(row)
             if len(row) != width:
                 continue
@@ -77,6 +82,21 @@ def interpolate(table: dict, ns: Sequence[int], bs: Sequence[int], component: in
 
     a, c = at(j), at(j + 1)
     return round(a + (b - bs[j]) / (bs[j + 1] - bs[j]) * (c - a))
+
+
+def interpolation_bound(table: dict, ns: Sequence[int], bs: Sequence[int], n: int, b: int) -> int:
+    """How far the interpolated total + allocator reserve (what the workbook's verdict compares with the capacity)
+    can be from the estimator's own at (n, b): the spread of total + reserve over the neighbouring grid points
+    (0 on a grid point). Both lie within that spread when total + reserve grows with n and batch between
+    neighbouring points, as memory does (padding can make it dip slightly: estimator/model/solve.py). Mirrors the
+    Tables sheet's t_bound."""
+    i = max(0, min(_match(ns, n), len(ns) - 2))
+    b = effective_batch(b, table["dp"])
+    j = max(0, min(_match(bs, b), len(bs) - 2))
+    rows = [x for x in (ns[i], ns[i + 1]) if x == n] or [ns[i], ns[i + 1]]
+    cols = [y for y in (bs[j], bs[j + 1]) if y == b] or [bs[j], bs[j + 1]]
+    corners = [sum(table["values"][(x, y)]) for x in rows[:1] + rows[-1:] for y in cols[:1] + cols[-1:]]
+    return max(corners) - min(corners)
 
 
 def _match(grid: Sequence[int], x: int) -> int:

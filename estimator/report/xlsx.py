@@ -10,10 +10,18 @@ How each budget row stays live when n (`seq_len`) or `batch` is edited in Excel 
   point is a full `make_plan`, so mode, checkpointing, precision, optimizer and backend are all in it), read back
   by INDEX/MATCH and interpolated: power law in n between neighbouring grid points (quarter octaves near the
   plan's n), linear in batch (every batch 1-8 per data-parallel replica is a grid point). The plan's own n and
-  batch are grid points, so the unedited workbook reproduces the estimator exactly.
+  batch are grid points, so the unedited workbook reproduces the estimator exactly;
+- the allocator reserve (the step's largest block, which the verdict keeps free: estimator/model/budget.py
+  `fit_verdict`) is its own row, tabulated like the others, and the `fits` formula counts it, as every other
+  surface does;
+- between grid points the interpolation is not exact: the sheet states its bound, the spread of total + reserve
+  over the neighbouring grid points (grid.interpolation_bound: the estimator's value lies within it while memory
+  grows with n and batch), and a verdict within that bound of the capacity says so instead of guessing. Outside
+  the tabulated range of n and batch it asks for a re-plan.
 Defined names: every input (`seq_len`, `batch`, ...), one per budget row (`row_weights`, `row_kv_cache`, ...),
-`total_bytes`, `capacity`, `headroom_bytes` and `fits` ("yes", "no", or "cannot run" where the backend asked for
-cannot run the call at that n and batch).
+`total_bytes`, `allocator_reserve_bytes`, `capacity`, `headroom_bytes`, `interpolation_bound_bytes` and `fits`
+("yes", "no", "cannot run" where the backend asked for cannot run the call at that n and batch, or a sentence
+asking for a re-plan near the limit or outside the table).
 
 The input cells and closed forms are in `estimator.report.cells`, the grid and its interpolation in
 `estimator.report.grid`; this module writes the sheets. Text cells are written with `write_string` (a model
@@ -66,13 +74,19 @@ def plan_xlsx(plan: Plan, sweep_rows: Iterable[dict] | None = None, advice: Sequ
     components = plan.components
     budget = wb.add_worksheet("Budget")
     tables = wb.add_worksheet("Tables")
-    slugs = _unique([slug(c.label) for c in components])
-    tabled = _tables_sheet(wb, tables, inputs, components, slugs, ns, bs, table, fmt)
+    slugs = _unique([slug(c.label) for c in components] + [RESERVE_SLUG])
+    columns = [(c.label, c.bytes) for c in components] + [(RESERVE_LABEL, plan.allocator_reserve_bytes)]
+    tabled = _tables_sheet(wb, tables, inputs, columns, slugs, ns, bs, table, fmt)
     _budget_sheet(wb, budget, inputs, plan, components, slugs, forms, tabled, fmt)
     _sweep_sheet(wb, sweep_rows, fmt, forms, env)
     _advice_sheet(wb, advice, fmt)
     wb.close()
     return buffer.getvalue()
+
+
+_CORNERS = ", ".join(f"INDEX(t_need, {i}, {j})" for i in ("t_ilo", "t_ihi") for j in ("t_jlo", "t_jhi"))
+RESERVE_LABEL = "allocator reserve (largest block kept free)"
+RESERVE_SLUG = "allocator_reserve"
 
 
 def _unique(names: list[str]) -> list[str]:
@@ -118,9 +132,10 @@ def _inputs_sheet(wb, cells: list[Named], env: dict, fmt: dict) -> None:
     ws.set_column(3, 3, 18)
 
 
-def _tables_sheet(wb, ws, inputs, components, slugs, ns, bs, table, fmt) -> dict[str, str]:
-    """The estimator's bytes per component over the (n, batch) grid, and the interpolation cells; returns, per
-    component slug, the defined name of its interpolated value at (seq_len, batch)."""
+def _tables_sheet(wb, ws, inputs, columns, slugs, ns, bs, table, fmt) -> dict[str, str]:
+    """The estimator's bytes per component (and the allocator reserve) over the (n, batch) grid, the interpolation
+    cells and the interpolation's bound; returns, per column slug, the defined name of its interpolated value at
+    (seq_len, batch)."""
     K, J = len(ns), len(bs)
     ws.write_string(0, 0, f"The estimator's bytes per GPU over n (rows) and batch (columns); {inputs.model.name}, "
                     f"{inputs.mode}, backend {inputs.backend}. Read by the Budget sheet's formulas.", fmt["note"])
@@ -137,6 +152,15 @@ def _tables_sheet(wb, ws, inputs, components, slugs, ns, bs, table, fmt) -> dict
         ("t_y", "position of the batch between them", "=(t_beff-t_b0)/(t_b1-t_b0)"),
         ("t_ok", "the backend can run at both neighbouring n (1) or not (0)",
          "=INDEX(t_supported, t_i, t_j)*INDEX(t_supported, t_i+1, t_j)"),
+        ("t_inside", f"n in [{ns[0]:,}, {ns[-1]:,}] and batch in [{bs[0]:,}, {bs[-1]:,}] (1), the tabulated "
+                     "range, or not (0)",
+         f"=IF(AND(seq_len>={ns[0]}, seq_len<={ns[-1]}, t_beff>={bs[0]}, t_beff<={bs[-1]}), 1, 0)"),
+        ("t_ilo", "n rows the bound spans: first", "=IF(seq_len=t_n1, t_i+1, t_i)"),
+        ("t_ihi", "n rows the bound spans: last", "=IF(seq_len=t_n0, t_i, t_i+1)"),
+        ("t_jlo", "batch columns the bound spans: first", "=IF(t_beff=t_b1, t_j+1, t_j)"),
+        ("t_jhi", "batch columns the bound spans: last", "=IF(t_beff=t_b0, t_j, t_j+1)"),
+        ("t_bound", "interpolation bound of total + reserve here: their spread over the neighbouring grid points "
+                    "(0 on a grid point; bytes)", f"=MAX({_CORNERS})-MIN({_CORNERS})"),
     ]
     beff = effective_batch(inputs.batch, inputs.dp)
     i0 = ns.index(inputs.seq_len) + 1 if inputs.seq_len in ns else 1
@@ -145,7 +169,11 @@ def _tables_sheet(wb, ws, inputs, components, slugs, ns, bs, table, fmt) -> dict
     cache.update(t_n0=ns[cache["t_i"] - 1], t_n1=ns[cache["t_i"]], t_b0=bs[cache["t_j"] - 1], t_b1=bs[cache["t_j"]])
     cache["t_x"] = math.log(inputs.seq_len / cache["t_n0"]) / math.log(cache["t_n1"] / cache["t_n0"])
     cache["t_y"] = (beff - cache["t_b0"]) / (cache["t_b1"] - cache["t_b0"])
-    cache["t_ok"] = 1
+    cache["t_ok"] = cache["t_inside"] = 1
+    n_at, b_at = inputs.seq_len, beff
+    cache.update(t_ilo=cache["t_i"] + (n_at == cache["t_n1"]), t_ihi=cache["t_i"] + (n_at != cache["t_n0"]),
+                 t_jlo=cache["t_j"] + (b_at == cache["t_b1"]), t_jhi=cache["t_j"] + (b_at != cache["t_b0"]))
+    cache["t_bound"] = 0  # the plan's own n and batch are grid points
     row = 3
     for name, label, formula in helpers:
         ws.write_string(row, 0, label)
@@ -157,9 +185,15 @@ def _tables_sheet(wb, ws, inputs, components, slugs, ns, bs, table, fmt) -> dict
     row += 1
     ws.write_string(row, 0, "each component at (seq_len, batch)", fmt["bold"])
     row += 1
-    blocks_top = row + len(components) + 3
+    row += 1
+    ws.write_string(row, 0, "Between grid points the rows are interpolated; the estimator's total + reserve lies "
+                    "between the smallest and largest of the neighbouring grid points' (t_need) while memory grows "
+                    "with n and batch, as it does (padding can make it dip slightly), so t_bound bounds the "
+                    "interpolation's error and the verdict says 're-plan' within it of the capacity.", fmt["note"])
+    row += 1
+    blocks_top = row + len(columns) + 3
     names = {}
-    for comp, sl in zip(components, slugs, strict=True):
+    for (label, value), sl in zip(columns, slugs, strict=True):
         grid = f"t_{sl}"
 
         def at(col: str, grid: str = grid) -> str:
@@ -167,8 +201,8 @@ def _tables_sheet(wb, ws, inputs, components, slugs, ns, bs, table, fmt) -> dict
             return f"IF(AND({v0}>0, {v1}>0), {v0}*EXP(t_x*LN({v1}/{v0})), {v0}+({v1}-{v0})*(seq_len-t_n0)/(t_n1-t_n0))"
 
         formula = f"=ROUND({at('t_j')}+t_y*({at('t_j+1')}-{at('t_j')}), 0)"
-        ws.write_string(row, 0, comp.label)
-        ws.write_formula(row, 1, formula, fmt["bytes"], comp.bytes)
+        ws.write_string(row, 0, label)
+        ws.write_formula(row, 1, formula, fmt["bytes"], value)
         names[sl] = f"at_{sl}"
         wb.define_name(names[sl], f"=Tables!$B${row + 1}")
         ws.write_string(row, 2, names[sl])
@@ -186,7 +220,7 @@ def _tables_sheet(wb, ws, inputs, components, slugs, ns, bs, table, fmt) -> dict
     wb.define_name("t_n", f"=Tables!$A${first + 1}:$A${first + K}")
     for c, sl in enumerate(slugs):
         left = 1 + (J + 1) * c
-        ws.write_string(top - 1, left, components[c].label, fmt["bold"])
+        ws.write_string(top - 1, left, columns[c][0], fmt["bold"])
         for k, n in enumerate(ns):
             for j, b in enumerate(bs):
                 ws.write_number(first + k, left + j, table["values"][(n, b)][c], fmt["bytes"])
@@ -197,6 +231,12 @@ def _tables_sheet(wb, ws, inputs, components, slugs, ns, bs, table, fmt) -> dict
         for j, b in enumerate(bs):
             ws.write_number(first + k, left + j, table["ok"][(n, b)])
     wb.define_name("t_supported", f"=Tables!${col_letter(left)}${first + 1}:${col_letter(left + J - 1)}${first + K}")
+    left += J + 1
+    ws.write_string(top - 1, left, "total + allocator reserve (what the verdict compares)", fmt["bold"])
+    for k, n in enumerate(ns):
+        for j, b in enumerate(bs):
+            ws.write_number(first + k, left + j, sum(table["values"][(n, b)]), fmt["bytes"])
+    wb.define_name("t_need", f"=Tables!${col_letter(left)}${first + 1}:${col_letter(left + J - 1)}${first + K}")
     ws.set_column(0, 0, 44)
     return names
 
@@ -216,7 +256,7 @@ def _budget_sheet(wb, bs, inputs, plan, components, slugs, forms, tabled, fmt) -
         bs.write_string(0, c, head, fmt["bold"])
     first, last = 2, 1 + len(components)  # 1-based rows of the components
     total = sum(c.bytes for c in components)
-    for i, (comp, sl) in enumerate(zip(components, slugs, strict=True), start=1):
+    for i, (comp, sl) in enumerate(zip(components, slugs[:len(components)], strict=True), start=1):
         value = comp.bytes
         form = _component_form(comp.key, value, forms)
         bs.write_string(i, 0, comp.label)
@@ -238,23 +278,33 @@ def _budget_sheet(wb, bs, inputs, plan, components, slugs, forms, tabled, fmt) -
     bs.write_formula(t, 3, f"=IF(B{t + 1}=0,0,1)", fmt["pct"], 1 if total else 0)
     bs.write_string(t, 5, "total_bytes")
     wb.define_name("total_bytes", f"=Budget!$B${t + 1}")
-    bs.write_string(t + 1, 0, "capacity")
-    bs.write_formula(t + 1, 1, "=capacity_bytes", fmt["bytes"], plan.capacity_bytes)
-    bs.write_formula(t + 1, 2, f"=B{t + 2}/2^30", fmt["gib"], plan.capacity_bytes / GIB)
-    bs.write_string(t + 1, 5, "capacity")
-    wb.define_name("capacity", f"=Budget!$B${t + 2}")
-    bs.write_string(t + 2, 0, "headroom (capacity − total)")
-    headroom = plan.capacity_bytes - total
-    bs.write_formula(t + 2, 1, f"=B{t + 2}-B{t + 1}", fmt["bytes"], headroom)
-    bs.write_formula(t + 2, 2, f"=B{t + 3}/2^30", fmt["gib"], headroom / GIB)
-    bs.write_string(t + 2, 5, "headroom_bytes")
-    wb.define_name("headroom_bytes", f"=Budget!$B${t + 3}")
-    bs.write_string(t + 3, 0, "fits")
-    verdict = "cannot run" if not plan.supported else ("yes" if total <= plan.capacity_bytes else "no")
-    bs.write_formula(t + 3, 1, f'=IF(t_ok=0,"cannot run",IF(B{t + 1}<=B{t + 2},"yes","no"))', None, verdict)
-    bs.write_string(t + 3, 5, "fits")
-    wb.define_name("fits", f"=Budget!$B${t + 4}")
-    row = t + 5
+    fit = plan.fit  # the one verdict (estimator/model/budget.py): total + allocator reserve against the capacity
+    reserve = fit.allocator_reserve_bytes
+    rows = (  # (label, formula, cached value, defined name); 0-based sheet rows t+1 ..
+        (RESERVE_LABEL, f"={tabled[RESERVE_SLUG]}", reserve, "allocator_reserve_bytes"),
+        ("capacity", "=capacity_bytes", plan.capacity_bytes, "capacity"),
+        ("headroom (capacity − total − allocator reserve)", f"=B{t + 3}-B{t + 1}-B{t + 2}", fit.headroom_bytes,
+         "headroom_bytes"),
+        ("interpolation bound here (0 on a grid point; Tables sheet)", "=t_bound", 0, "interpolation_bound_bytes"),
+    )
+    for k, (label, formula, value, name) in enumerate(rows, start=t + 1):
+        bs.write_string(k, 0, label)
+        bs.write_formula(k, 1, formula, fmt["bytes"], value)
+        bs.write_formula(k, 2, f"=B{k + 1}/2^30", fmt["gib"], value / GIB)
+        bs.write_string(k, 5, name)
+        wb.define_name(name, f"=Budget!$B${k + 1}")
+    bs.write_string(t + 1, 4, "kept free: near the limit the caching allocator runs out in fragments", fmt["note"])
+    f_row = t + 1 + len(rows)
+    bs.write_string(f_row, 0, "fits")
+    verdict = {"fits": "yes", "does not fit": "no", "cannot run": "cannot run"}[fit.status]
+    need, bound = "(total_bytes+allocator_reserve_bytes)", "interpolation_bound_bytes"
+    bs.write_formula(f_row, 1, '=IF(t_inside=0,"outside the tabulated n and batch: re-plan",IF(t_ok=0,"cannot run",'
+                     f'IF({need}+{bound}<=capacity,"yes",IF({need}-{bound}>capacity,"no",'
+                     '"within the interpolation bound of the limit: re-plan"))))', None, verdict)
+    bs.write_string(f_row, 4, "yes when total + allocator reserve <= capacity (the estimator's verdict)", fmt["note"])
+    bs.write_string(f_row, 5, "fits")
+    wb.define_name("fits", f"=Budget!$B${f_row + 1}")
+    row = f_row + 2
     bs.write_string(row, 0, "closed-form terms (live)", fmt["bold"])
     for c, head in enumerate(["bytes per GPU", "GiB", "estimator", "equation"], start=1):
         bs.write_string(row, c, head, fmt["bold"])

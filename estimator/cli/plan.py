@@ -151,12 +151,12 @@ def _int(flag: str, value) -> int:
     return int(number)
 
 
-def _flagged(exc: ValueError) -> ValueError:
+def _flagged(exc: ValueError, flag_of: dict[str, str] = FLAG_OF) -> ValueError:
     """Rewrite 'field: message' as '--flag: message' so the user sees the flag they typed."""
     text = str(exc)
     head, sep, rest = text.partition(":")
-    if sep and head in FLAG_OF:
-        return ValueError(f"{FLAG_OF[head]}:{rest}")
+    if sep and head in flag_of:
+        return ValueError(f"{flag_of[head]}:{rest}")
     return exc
 
 

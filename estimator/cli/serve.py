@@ -14,6 +14,7 @@ import json
 import sys
 
 from estimator.cli.plan import FLAG_OF as PLAN_FLAGS
+from estimator.cli.plan import _flagged as plan_flagged
 from estimator.cli.plan import add_plan_arguments, inputs_from_args
 from estimator.serve.capacity import ServeInputs, serve
 from estimator.serve.engines import ENGINES, EngineConfig
@@ -69,11 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _flagged(exc: ValueError) -> ValueError:
-    text = str(exc)
-    head, sep, rest = text.partition(":")
-    if sep and head in FLAG_OF:
-        return ValueError(f"{FLAG_OF[head]}:{rest}")
-    return exc
+    return plan_flagged(exc, FLAG_OF)
 
 
 def inputs_from_serve_args(args: argparse.Namespace) -> ServeInputs:

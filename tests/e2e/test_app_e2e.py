@@ -104,7 +104,8 @@ def test_a_csv_cell_is_text_in_the_chart_legend_not_a_link(page, app_url, tmp_pa
     result = tmp_path / "measured.csv"
     result.write_text("\n".join([header, *rows]) + "\n")
     page.goto(f"{app_url}/validate")
-    page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(result))
+    # the call-level uploader (the page also has the whole-model one): Streamlit marks a keyed widget st-key-KEY
+    page.locator(".st-key-validate_upload").get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(result))
     chart = page.get_by_test_id("stPlotlyChart")
     expect(chart.locator(".legendtext").filter(has_text="<a href=")).to_have_count(1)
     expect(chart.locator('a[href*="evil.example"]')).to_have_count(0)

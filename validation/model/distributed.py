@@ -351,20 +351,22 @@ def compare(row: dict) -> dict:
     return out
 
 
-def write_rows(path: str, rows: list[dict], append: bool) -> None:
+def write_rows(path: str, rows: list[dict], append: bool, columns: list[str] | None = None) -> None:
+    """`validation model`'s rows into PATH (appended where asked and the header is the same; None cells empty)."""
+    columns = COLUMNS if columns is None else columns
     if append and os.path.exists(path):
         with open(path, newline="") as fh:
-            if next(csv.reader(fh), []) != COLUMNS:
+            if next(csv.reader(fh), []) != columns:
                 raise ValueError(f"--append: {path} has other columns than validation model writes")
     else:
         append = False
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "a" if append else "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
+        writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
         if not append:
             writer.writeheader()
         for r in rows:
-            writer.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in COLUMNS})
+            writer.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in columns})
 
 
 def main_model(args) -> int:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import csv
 import os
 import sys
 import time
@@ -278,19 +277,9 @@ def columns() -> list[str]:
 
 
 def write_row(path: str, row: dict, append: bool) -> None:
-    COLUMNS = columns()  # noqa: N806 - the file's header
-    if append and os.path.exists(path):
-        with open(path, newline="") as fh:
-            if next(csv.reader(fh), []) != COLUMNS:
-                raise ValueError(f"--append: {path} has other columns than validation model writes")
-    else:
-        append = False
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "a" if append else "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
-        if not append:
-            writer.writeheader()
-        writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in COLUMNS})
+    from validation.model.distributed import write_rows
+
+    write_rows(path, [row], append, columns())
 
 
 def run_command(args) -> int:

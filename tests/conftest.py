@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import fields, replace
 from types import SimpleNamespace
 
@@ -27,6 +28,16 @@ from estimator.model.plan import make_plan
 
 settings.register_profile("ci", max_examples=40, deadline=None)
 settings.load_profile("ci")
+
+
+@pytest.fixture(autouse=True)
+def _restore_main_module():
+    """Streamlit's AppTest runs a page as `__main__` and leaves it there; a multiprocessing `spawn` child (the
+    validation runner's) then re-runs that page as its main module and dies. Each test gets back the real one."""
+    main = sys.modules.get("__main__")
+    yield
+    if main is not None:
+        sys.modules["__main__"] = main
 
 
 def reasons_for(call, gpu) -> dict[str, tuple[str, ...]]:

@@ -6,30 +6,16 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from estimator.hardware import get_gpu
+from tests.test_app_pages import app, plain  # noqa: F401 - the page harness, one home
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = {"name": "NVIDIA H200", "free_bytes": 140 << 30, "total_bytes": 141 << 30}
-
-
-def app(page: str | None = None) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
-    at.run()
-    if page:
-        at.switch_page(page).run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
-def plain(markdown: str) -> str:
-    return re.sub(r"\\(.)", r"\1", markdown)
 
 
 def texts(elements) -> list[str]:

@@ -182,14 +182,9 @@ def schedule_vllm(pool: Pool, max_tokens: int, max_seqs: int, chunked: bool):
     if not preempted:
         while pool.waiting and budget > 0 and len(pool.running) < max_seqs:
             i = pool.waiting[0]
-            tokens = pool.remaining(i)
-            if not chunked and tokens > budget:
+            tokens = _admit_head(pool, budget, chunked)
+            if tokens is None:
                 break
-            tokens = min(tokens, budget)
-            if not pool.grow(i, tokens):
-                break
-            pool.waiting.popleft()
-            pool.admit(i)
             items.append((i, tokens))
             budget -= tokens
     return fast, items
@@ -291,15 +286,25 @@ def schedule_trtllm(pool: Pool, max_tokens: int, max_seqs: int, chunked: bool):
         need = int(pool.blocks_for(int(pool.prompt[i] + pool.out[i])))
         if pool.free - committed < need:
             break
-        tokens = pool.remaining(i)
-        if not chunked and tokens > budget:
+        tokens = _admit_head(pool, budget, chunked)
+        if tokens is None:
             break
-        tokens = min(tokens, budget)
-        if not pool.grow(i, tokens):
-            break
-        pool.waiting.popleft()
-        pool.admit(i)
         committed += need - int(pool.blocks[i])
         items.append((i, tokens))
         budget -= tokens
     return fast, items
+
+
+def _admit_head(pool, budget: int, chunked: bool) -> int | None:
+    """Admit the waiting queue's head with the prompt tokens it gets this step (its whole remainder, or a chunk of
+    the budget when prefill is chunked); None, and nothing changed, when it does not fit the budget or the pool."""
+    i = pool.waiting[0]
+    tokens = pool.remaining(i)
+    if not chunked and tokens > budget:
+        return None
+    tokens = min(tokens, budget)
+    if not pool.grow(i, tokens):
+        return None
+    pool.waiting.popleft()
+    pool.admit(i)
+    return tokens

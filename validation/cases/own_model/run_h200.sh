@@ -4,10 +4,13 @@
 # process; the same built-in cases through `python -m validation.hf_models` (hf_cases.csv, one process each) to
 # show the rows are equal; the Validate page on the GPU (page_check.py); the report. The most telling cases run
 # first and the report is written twice, so a run cut short still leaves one.
-# Usage: bash validation/cases/own_model/run_h200.sh OUT_DIR [PYTHON]
+# Usage: bash validation/cases/own_model/run_h200.sh OUT_DIR [PYTHON] [page]
+# With `page` only the Validate page's proof runs: the two command rows the page is compared with, then the page
+# for the same two cases (a built-in preset and a user's config.json). The page needs streamlit installed.
 set -u
-OUT=${1:?usage: run_h200.sh OUT_DIR [PYTHON]}
+OUT=${1:?usage: run_h200.sh OUT_DIR [PYTHON] [page]}
 PY=${2:-python}
+ONLY=${3:-all}
 HERE=validation/cases/own_model
 mkdir -p "$OUT"
 rm -f "$OUT"/own.csv "$OUT"/hf.csv "$OUT"/hf_*.csv
@@ -23,8 +26,21 @@ report() {
   echo "own_report exit status $? (0: every compared row equal to hf_models)"
 }
 
+page() {  # the Validate page on this GPU for one case (page_check.py), against the command's row of that case
+  PLANNER_ENABLE_GPU_JOBS=true $PY $HERE/page_check.py "$OUT" "$1"
+  echo "page_check $1 exit status $?"
+}
+
 {
 date -u
+if [ "$ONLY" = page ]; then
+  $M --config $HERE/qwen3-8b-shapes.json --layers 4 --mode training --seq-len 8192
+  $M --preset llama-3.1-8b --layers 4 --mode training --seq-len 8192
+  page config
+  page preset
+  date -u
+  exit 0
+fi
 # a user's config.json, not a built-in family: Qwen3-8B's sizes (qwen3: q/k norms), cut to 4 layers
 $M --config $HERE/qwen3-8b-shapes.json --layers 4 --mode training --seq-len 8192
 $M --config $HERE/qwen3-8b-shapes.json --layers 4 --mode inference --seq-len 32768
@@ -33,9 +49,9 @@ $M --preset llama-3.1-8b --layers 4 --mode training --seq-len 8192
 $M --preset llama-3.1-8b --layers 4 --mode inference --seq-len 16384
 hf_case 2
 hf_case 3
-# the Validate page on this GPU: llama-3.1-8b training at 8192 cut to 4 layers, against the command's row
-PLANNER_ENABLE_GPU_JOBS=true $PY $HERE/page_check.py "$OUT"
-echo "page_check exit status $?"
+# the Validate page on this GPU, training at 8192 cut to 4 layers, against the command's rows
+page config
+page preset
 report
 # more presets (hf_cases.csv lines 4, 5), then the rest
 $M --preset mistral-7b --layers 4 --mode inference --seq-len 16384

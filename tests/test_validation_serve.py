@@ -266,3 +266,21 @@ def test_sliding_layers_pay_the_masked_scatter_traffic():
                                                          / 4, "bfloat16")[0]
     assert gpu["sliding"] - gpu["full"] == pytest.approx(extra, rel=1e-6)
     assert extra > 5.0  # ms: tens of MB an element row, 32 layers
+
+
+def test_sliding_update_transient_is_in_the_peak(tmp_path):
+    """phi-3-mini (every layer sliding, no GQA): at a long packed read the cache update's masked_scatter_ (mask and
+    int64 prefix sum, 9 bytes an element of k) outgrows the attention phase, and the planned peak carries it."""
+    from dataclasses import replace
+
+    from estimator.serve.capacity import _peak_bytes
+
+    cases = tmp_path / "cases.txt"
+    cases.write_text("--family phi-3-mini-4k --rate inf --requests 4 --run-id phi\n")
+    (_, pricer), = fit.pricers_by_run(str(cases)).values()
+    mem, plan = pricer.memory, pricer.inputs
+    with_scatter = _peak_bytes(plan, mem, 64, 60_000, 64)
+    without = _peak_bytes(plan, replace(mem, sliding_groups=0), 64, 60_000, 64)
+    k_elements = 60_000 * mem.kv_read_bytes_per_token // 2 // 2
+    assert with_scatter > without
+    assert with_scatter - without <= k_elements * 9

@@ -115,7 +115,8 @@ def _peak_bytes(plan: PlanInputs, memory: EngineMemory, max_q: int, max_k: int, 
     at the largest K (transformers 5.17 integrations/sdpa_paged.py): the layer input and the normed input, q, the
     k and v gathered from the cache, their repeat to every query head and the masked call's own peak (the
     attention estimator's), or, where sliding layers exist, their cache update's masked_scatter_ (the mask and
-    its int64 prefix sum over the gathered k). The largest q and the largest K may come from different steps: an upper-side figure."""
+    its int64 prefix sum over the gathered k). The largest q and the largest K may come from different steps: an
+    upper-side figure."""
     from estimator.call.attention import estimate_call
     from estimator.call.config import AttentionCall, element_bytes
     from estimator.hardware import get_gpu

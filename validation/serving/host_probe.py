@@ -53,13 +53,13 @@ def probe(device: str, repeat: int = 7) -> list[dict]:
         data = list(range(n))
         dev = torch.device(device)
         rows.append({"mechanism": "to_tensor", "size": n, "ms_per_call": _time(
-            lambda d=data: torch.tensor(d, dtype=torch.int64, device=dev), repeat)})
+            lambda d=data, dev=dev: torch.tensor(d, dtype=torch.int64, device=dev), repeat)})
     for r in (1, 8, 32):
         mask = torch.zeros((1, 1, 64, 64 * 600), dtype=torch.bfloat16, device=device)
         cq = list(range(r + 1))
         ck = [i * 500 for i in range(r + 1)]
         for name, w in (("mask_full", 1), ("mask_sliding", window)):
-            def fn(w=w):
+            def fn(w=w, mask=mask, cq=cq, ck=ck):
                 build_attention_mask(mask, cq, ck, sliding_window=w)
                 if device.startswith("cuda"):
                     torch.cuda.synchronize()

@@ -18,10 +18,12 @@ source (paths under transformers/generation/continuous_batching/):
   gives 1.03 x the GPU time), so the forward costs `kernels x LAUNCH + GPU`.
 - update (`update_batch`): per scheduled request a Python loop body.
 
-Fitted (least squares in ms) by `python -m validation.serving.fit` (its docstring has the command) on the H200 FIT
-sets' measured steps: the phases of validation/data/h200_serve_fit2_steps.csv (validation/serving/engine.py
-`_instrument` times each phase) fix PREPARE_* and UPDATE_*; the forward of those steps and of
-validation/data/h200_serve_fit_steps.csv (the step minus the fitted prepare and update) fixes LAUNCH.
+Fitted (least squares in ms) by `python -m validation.serving.fit` (its docstring has the command) on H200 steps:
+the phases of validation/data/h200_serve_fit2_steps.csv (validation/serving/engine.py `_instrument` times each
+phase inside the engine) fix PREPARE_* and UPDATE_*; the forward of those steps and, for the steps of
+validation/data/h200_serve_fit_steps.csv, h200_serve_heldout_steps.csv and h200_serve_heldout2_steps.csv, the step
+minus the fitted prepare and update, fix STEP_BASE and LAUNCH (28 runs, each weighing the same). STEP_BASE has no
+attributed mechanism (docs/serving.md says what was seen); fitted on the two FIT sets alone it is 9.9 ms.
 Unit costs measured directly on the same machine (`python -m validation.serving.host_probe`,
 validation/data/h200_serve_host_probe.csv) agree in size: a sliding read 103 ns a token, a full read 12 ns a
 token, list-to-tensor 63 ns an element, a mask 29 us (full) and 45 us (sliding) a request.

@@ -2,7 +2,11 @@
 
     python -m validation.serving.fit --cases validation/serving/cases/h200_fit.txt \
         --steps validation/data/h200_serve_fit_steps.csv --cases validation/serving/cases/h200_fit2.txt \
-        --steps validation/data/h200_serve_fit2_steps.csv
+        --steps validation/data/h200_serve_fit2_steps.csv --cases validation/serving/cases/h200_heldout.txt \
+        --steps validation/data/h200_serve_heldout_steps.csv --cases validation/serving/cases/h200_heldout2.txt \
+        --steps validation/data/h200_serve_heldout2_steps.csv
+
+(the command that gives estimator/serve/hf_host.py's constants: every run measured before HELD-OUT set 3).
 
 Each measured step (validation/serving/engine.py: from one `schedule_batch` to the next) is priced by the
 simulator's own StepPricer for its run's model, GPU and knobs: its GPU ms and the kernels its forward launches.

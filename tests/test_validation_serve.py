@@ -134,39 +134,85 @@ def test_latency_summary_definitions():
     assert s["total_tokens_per_s"] == pytest.approx(52 / 3.0)
 
 
-def test_overhead_fit_recovers_known_coefficients():
+FIT_SETS = [("validation/serving/cases/h200_fit.txt", "validation/data/h200_serve_fit_steps.csv"),
+            ("validation/serving/cases/h200_fit2.txt", "validation/data/h200_serve_fit2_steps.csv"),
+            ("validation/serving/cases/h200_heldout.txt", "validation/data/h200_serve_heldout_steps.csv"),
+            ("validation/serving/cases/h200_heldout2.txt", "validation/data/h200_serve_heldout2_steps.csv")]
+
+
+def _synthetic_steps():
+    from estimator.serve.hf_host import HostShape
+
     rows = []
     for kernels in (700, 1400, 2500):
         for req in (1, 4, 16, 64):
-            for kv in (100, 5_000, 40_000):
-                rows.append({"kernels": kernels, "requests": req, "max_kv_read": kv, "q_tokens": req,
-                             "duration_ms": 3.0 + 5.0 + 0.02 * kernels + 0.5 * req + 0.001 * (kv + req)})
-    got = fit.fit_overhead(rows, [3.0] * len(rows))
-    assert got["base"] == pytest.approx(5.0, rel=1e-6)
-    assert got["per_kernel"] == pytest.approx(0.02, rel=1e-6)
-    assert got["per_request"] == pytest.approx(0.5, rel=1e-6)
-    assert got["per_kv_token"] == pytest.approx(0.001, rel=1e-6)
-    clipped = fit.fit_overhead([{**r, "duration_ms": 3.0 + 0.5 * r["requests"] - 0.0 * r["max_kv_read"]}
-                                for r in rows], [3.0] * len(rows))
-    assert all(v >= 0 for v in clipped.values())
+            for rf, rs in ((0, 0), (5_000, 0), (0, 9_000), (40_000, 40_000)):
+                shape = HostShape(requests=req, q_tokens=req + (500 if rf == 0 else 0), read_full_tokens=rf,
+                                  read_sliding_tokens=rs, groups=2 if rf and rs else 1, full_mask=rs == 0 or rf > 0,
+                                  sliding_mask=rs > 0)
+                prep = (0.4 + 0.001 * req + 0.05 * req * shape.full_mask + 0.08 * req * shape.sliding_mask
+                        + 1e-4 * rf + 2e-4 * rs + 4e-4 * shape.q_tokens * shape.groups)
+                upd = 0.06 + 0.007 * req
+                gpu = 3.0 + 0.1 * req
+                forward = 20.0 + 0.03 * kernels + gpu
+                rows.append({"run": f"k{kernels}", "phased": True, "shape": shape, "kernels": kernels, "gpu_ms": gpu,
+                             "prepare_ms": prep, "update_ms": upd, "forward_ms": forward,
+                             "duration_ms": prep + forward + upd})
+    return rows
+
+
+def test_host_fit_recovers_known_coefficients():
+    got = fit.fit_host(_synthetic_steps())
+    want = {"PREPARE_BASE_MS": 0.4, "PREPARE_PER_REQUEST_MS": 0.001, "MASK_FULL_PER_REQUEST_MS": 0.05,
+            "MASK_SLIDING_PER_REQUEST_MS": 0.08, "READ_FULL_PER_TOKEN_MS": 1e-4, "READ_SLIDING_PER_TOKEN_MS": 2e-4,
+            "WRITE_PER_TOKEN_MS": 4e-4, "UPDATE_BASE_MS": 0.06, "UPDATE_PER_REQUEST_MS": 0.007,
+            "STEP_BASE_MS": 20.0, "LAUNCH_MS": 0.03}
+    for k, v in want.items():
+        assert got[k] == pytest.approx(v, rel=1e-6, abs=1e-9), k
+    # a step cannot cost less than its launches: a negative per-step constant is refitted through the origin
+    clipped = fit.fit_host([{**r, "forward_ms": 0.03 * r["kernels"] + r["gpu_ms"] - 5.0} for r in _synthetic_steps()])
+    assert clipped["STEP_BASE_MS"] == 0.0 and clipped["LAUNCH_MS"] > 0
 
 
 def test_committed_constants_are_what_the_fit_command_gives():
-    pricers = fit.pricers_by_run("validation/serving/cases/h200_fit.txt")
-    rows = fit.read_steps("validation/data/h200_serve_fit_steps.csv")
-    got = fit.fit_overhead(rows, [fit.priced_ms(pricers[r["run"]][1], r) for r in rows])
-    assert step_cost.HF_CB_STEP_BASE_MS == pytest.approx(got["base"], rel=2e-3, abs=1e-3)
-    assert step_cost.HF_CB_STEP_PER_KERNEL_MS == pytest.approx(got["per_kernel"], rel=2e-3)
-    assert step_cost.HF_CB_STEP_PER_REQUEST_MS == pytest.approx(got["per_request"], rel=2e-3)
-    assert step_cost.HF_CB_STEP_PER_KV_TOKEN_MS == pytest.approx(got["per_kv_token"], rel=2e-3)
+    from estimator.serve import hf_host
+
+    rows = []
+    for cases, steps in FIT_SETS:
+        pricers = fit.pricers_by_run(cases)
+        mine = fit.read_steps(steps)
+        for r in mine:
+            fit.price_step(pricers[r["run"]][1], r)
+        rows += mine
+    got = fit.fit_host(rows)
+    for k, v in got.items():
+        assert getattr(hf_host, f"HF_CB_{k}") == pytest.approx(v, rel=2e-3, abs=1e-6), k
 
 
 def test_hf_cb_host_time_grows_with_the_architectures_kernels():
     """Two steps of the same shape: the one launching more kernels (more layers) pays more hf-cb host time."""
-    small = step_cost.hf_cb_overhead_ms(708, 8, 4096)
-    large = step_cost.hf_cb_overhead_ms(2498, 8, 4096)
-    assert large - small == pytest.approx(step_cost.HF_CB_STEP_PER_KERNEL_MS * (2498 - 708))
+    from estimator.serve import hf_host
+
+    small, large = hf_host.forward_ms(10.0, 708), hf_host.forward_ms(10.0, 2498)
+    assert large - small == pytest.approx(hf_host.HF_CB_LAUNCH_MS * (2498 - 708))
     assert large > small
+
+
+def test_host_shape_reads_only_when_something_is_cached_and_rejects_negative_counts():
+    from estimator.serve import hf_host
+
+    prefill = hf_host.host_shape(requests=3, q_tokens=900, cached_tokens=0, window_cached_tokens=0, full_groups=1,
+                                 sliding_groups=5, masked=True)
+    assert prefill.read_full_tokens == 0 and prefill.read_sliding_tokens == 0 and prefill.groups == 6
+    decode = hf_host.host_shape(requests=3, q_tokens=3, cached_tokens=9000, window_cached_tokens=3000,
+                                full_groups=1, sliding_groups=5, masked=True)
+    assert decode.read_full_tokens == 9003 and decode.read_sliding_tokens == 5 * 3003
+    assert hf_host.prepare_ms(decode) > hf_host.prepare_ms(
+        hf_host.host_shape(requests=3, q_tokens=3, cached_tokens=9000, window_cached_tokens=3000, full_groups=1,
+                           sliding_groups=1, masked=True))  # every sliding group builds its own index list
+    with pytest.raises(ValueError, match="requests"):
+        hf_host.HostShape(requests=-1, q_tokens=0, read_full_tokens=0, read_sliding_tokens=0, groups=1,
+                          full_mask=True, sliding_mask=False)
 
 
 def test_compare_table_counts_the_bands():
@@ -179,16 +225,62 @@ def test_compare_table_counts_the_bands():
 
 
 def test_hf_cb_step_pays_for_the_kernels_its_architecture_launches(tmp_path):
+    from estimator.serve import hf_host
+
     cases = tmp_path / "cases.txt"
     cases.write_text("--family llama-3.1-8b --rate inf --requests 4 --run-id full\n"
                      "--family llama-3.1-8b --layers 16 --rate inf --requests 4 --run-id half\n"
-                     "--family gemma-2-9b --rate inf --requests 4 --run-id gemma\n")
+                     "--family gemma-2-9b --rate inf --requests 4 --run-id gemma\n"
+                     "--family mistral-7b-v0.1 --rate inf --requests 4 --run-id mistral\n")
     pricers = fit.pricers_by_run(str(cases))
-    step = {"q_tokens": 8, "requests": 8, "max_kv_read": 4096}
     kernels = {run: pricer.step_parts(8, 8, 0, [], 4096 + 8)[1] for run, (_, pricer) in pricers.items()}
     assert kernels["half"] < kernels["full"] < kernels["gemma"]
-    with_overhead = {run: pricer.step_ms(8, 8, 0, [], 4096 + 8, requests=8) for run, (_, pricer) in pricers.items()}
+    # mistral is llama's shape with every layer sliding: three more Python calls a layer (`==`, two masked_scatter_)
+    assert kernels["mistral"] - kernels["full"] == 32 * step_cost.SLIDING_UPDATE_EXTRA_KERNELS
     for run, (_, pricer) in pricers.items():
-        added = with_overhead[run] - fit.priced_ms(pricer, dict(step))
-        assert added == pytest.approx(step_cost.hf_cb_overhead_ms(kernels[run], 8, 4096 + 8), rel=1e-9)
-    assert with_overhead["gemma"] > with_overhead["full"] > with_overhead["half"]
+        step = {"run": run, "q_tokens": 8, "requests": 8, "max_kv_read": 4096}
+        fit.price_step(pricer, step)
+        whole = pricer.step_ms(8, 8, 0, [], 4096 + 8, None, (min(4096, 8 * (pricer.window - 1)) + 8)
+                               if pricer.window else None, requests=8)
+        assert whole == pytest.approx(hf_host.step_ms(step["shape"], step["gpu_ms"], step["kernels"]), rel=1e-9)
+        assert pricer.step_ms(8, 8, 0, [], 4096 + 8, requests=8, overhead=False) == pytest.approx(
+            pricer.step_parts(8, 8, 0, [], 4096 + 8)[0])
+
+
+def test_sliding_layers_pay_the_masked_scatter_traffic():
+    """The same packed read through a sliding layer costs more GPU time than through a full one: the update's two
+    masked_scatter_ stream 23 bytes an element of the gathered k and v (step_cost.py)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        path = f"{d}/cases.txt"
+        with open(path, "w") as fh:
+            fh.write("--family mistral-7b-v0.1 --overrides '{\"sliding_window\": null}' --rate inf --requests 4 "
+                     "--run-id full\n--family mistral-7b-v0.1 --rate inf --requests 4 --run-id sliding\n")
+        pricers = fit.pricers_by_run(path)
+    full, sliding = pricers["full"][1], pricers["sliding"][1]
+    gpu = {name: p.step_parts(32, 32, 0, [], 40_000 + 32, None, 40_000 + 32 if p.window else None)[0]
+           for name, p in (("full", full), ("sliding", sliding))}
+    elements = 40_032 * sliding.kv_bytes_per_token_layer / 2
+    extra = sliding.sliding_layers * sliding.kern.mem_ms("copy", elements * step_cost.MASKED_SCATTER_BYTES_PER_ELEMENT
+                                                         / 4, "bfloat16")[0]
+    assert gpu["sliding"] - gpu["full"] == pytest.approx(extra, rel=1e-6)
+    assert extra > 5.0  # ms: tens of MB an element row, 32 layers
+
+
+def test_sliding_update_transient_is_in_the_peak(tmp_path):
+    """phi-3-mini (every layer sliding, no GQA): at a long packed read the cache update's masked_scatter_ (mask and
+    int64 prefix sum, 9 bytes an element of k) outgrows the attention phase, and the planned peak carries it."""
+    from dataclasses import replace
+
+    from estimator.serve.capacity import _peak_bytes
+
+    cases = tmp_path / "cases.txt"
+    cases.write_text("--family phi-3-mini-4k --rate inf --requests 4 --run-id phi\n")
+    (_, pricer), = fit.pricers_by_run(str(cases)).values()
+    mem, plan = pricer.memory, pricer.inputs
+    with_scatter = _peak_bytes(plan, mem, 64, 60_000, 64)
+    without = _peak_bytes(plan, replace(mem, sliding_groups=0), 64, 60_000, 64)
+    k_elements = 60_000 * mem.kv_read_bytes_per_token // 2 // 2
+    assert with_scatter > without
+    assert with_scatter - without <= k_elements * 9

@@ -177,7 +177,7 @@ def format_table(d: dict) -> str:
     if band:
         lo, hi = band["bands"]["tpot_ms.p50"]
         lines.append(f"  measured on the H200, this engine's TPOT ran {1 / (1 + hi):.2f}-{1 / (1 + lo):.2f}x the "
-                     "simulated figure (held-out runs; the simulation is the fast side: docs/serving.md)")
+                     "simulated figure (TPOT P50 over the held-out H200 runs: docs/serving.md)")
     if "meets_targets" in d:
         lines.append(f"  targets {d['targets']}: {'met' if d['meets_targets'] else 'missed'}"
                      + (" in the simulation; the measured band above can move it" if band else ""))

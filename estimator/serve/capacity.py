@@ -114,7 +114,9 @@ def _peak_bytes(plan: PlanInputs, memory: EngineMemory, max_q: int, max_k: int, 
     at the step's token count: the FFN or logits phase) and, for hf-cb's masked path, one layer's attention phase
     at the largest K (transformers 5.17 integrations/sdpa_paged.py): the layer input and the normed input, q, the
     k and v gathered from the cache, their repeat to every query head and the masked call's own peak (the
-    attention estimator's). The largest q and the largest K may come from different steps: an upper-side figure."""
+    attention estimator's), or, where sliding layers exist, their cache update's masked_scatter_ (the mask and
+    its int64 prefix sum over the gathered k). The largest q and the largest K may come from different steps: an
+    upper-side figure."""
     from estimator.call.attention import estimate_call
     from estimator.call.config import AttentionCall, element_bytes
     from estimator.hardware import get_gpu
@@ -136,4 +138,10 @@ def _peak_bytes(plan: PlanInputs, memory: EngineMemory, max_q: int, max_k: int, 
         except ValueError:
             pass
         transient = max(transient, phase)
+        if memory.sliding_groups:
+            # a sliding layer's cache update (cache.py PagedAttentionCache.update): with the gathered k and v
+            # resident, each masked_scatter_ allocates the contiguous broadcast mask (1 byte) and its int64 prefix
+            # sum (8 bytes) per element of k (or v) (aten/src/ATen/native/cuda/IndexKernel.cu, torch 2.11)
+            scatter = 2 * max_q * plan.model.hidden * es + gathered + gathered // 2 // es * (1 + 8)
+            transient = max(transient, scatter)
     return fixed + transient

@@ -2,8 +2,10 @@
 layer's kernels from estimator/model/layer_passes.py `layer_forward` (GEMMs at M = the step's tokens, norms, RoPE,
 the MLP or MoE block), the LM head for the rows that produce a token, the attention core from the attention
 estimator (estimator/call `estimate_call`) or, for a decode read, `Kernels.decode_attention_ms` over the cached
-bytes, and the tensor-parallel all-reduces from estimator/model/comm.py. Host time: Hugging Face eager runs each
-kernel from Python (step_time.DECODE_KERNEL_HOST_MS per launched kernel, DECODE_MODEL_PYTHON_MS per forward);
+bytes, and the tensor-parallel all-reduces from estimator/model/comm.py. Host time: hf-cb (transformers continuous
+batching, eager) as estimator/serve/hf_host.py models it (the engine's per-step Python, then every kernel's launch
+followed by its GPU work); the other engines' eager steps as Hugging Face's generate loop
+(step_time.DECODE_KERNEL_HOST_MS per launched kernel, overlapping the GPU, DECODE_MODEL_PYTHON_MS per forward);
 with CUDA graphs a step pays one graph launch (the kernels are replayed, not dispatched).
 
 How each engine runs attention:
@@ -41,6 +43,7 @@ from estimator.model.comm import all_reduce_ms, link
 from estimator.model.inputs import PlanInputs
 from estimator.model.kernel_prices import Kernels
 from estimator.model.step_time import DECODE_KERNEL_HOST_MS, DECODE_MODEL_PYTHON_MS
+from estimator.serve import hf_host
 from estimator.serve.memory import EngineMemory
 
 GRID_PER_OCTAVE = 4
@@ -48,36 +51,19 @@ GRID_PER_OCTAVE = 4
 # calibration's launch floor (one kernel launch) times 10 (input ids, positions, slot mapping, block table, sampling
 # tensors copied before the replay): an assumption, no engine's own figure.
 GRAPH_STEP_LAUNCHES = 10
+# transformers 5.17 continuous_batching/cache.py PagedAttentionCache.update, a sliding-window layer: the read indices
+# carry a sentinel where each new token goes; `mask = (read_index == sentinel)[:, None, None]`, then for k and for v
+# index_select the window and `masked_scatter_(mask, new states)`. PyTorch's CUDA masked_scatter_
+# (aten/src/ATen/native/cuda/IndexKernel.cu launch_masked_scatter_kernel, torch 2.11) makes the broadcast mask
+# contiguous (1 byte an element of the gathered (K, kv_heads, head_dim) tensor), takes its int64 exclusive prefix sum
+# with cub (read 1 byte, write 8) and runs one TensorIterator kernel over every element (read self 2 bytes, mask 1,
+# prefix 8; write self 2): 23 bytes an element. Its kernels (contiguous, two cub passes, the size check, the scatter)
+# are launched from C++ inside one call; what the step's launch count (the host's dispatch) adds for a sliding layer
+# is the three calls made from Python: the `==` and the two masked_scatter_.
+MASKED_SCATTER_BYTES_PER_ELEMENT = 1 + 1 + 8 + 2 + 1 + 8 + 2
+SLIDING_UPDATE_EXTRA_KERNELS = 3
 HF_Q_PADDING = 64  # transformers 5.17 continuous_batching/initialization.py FALLBACK_DEFAULTS q_padding_interval_size
 HF_KV_PADDING = 64 * 256  # kv_padding_interval_size
-
-
-# hf-cb's per-step host time beyond the generate loop's (transformers 5.17 runs a step from Python in sync mode:
-# continuous_api.py prepare_next_batch, the forward, a blocking copy of the tokens, update_batch). Its mechanism:
-# - per launched kernel: every kernel of the forward is dispatched from Python; the eager floor is
-#   step_time.DECODE_KERNEL_HOST_MS (23 us, the generate loop's decode profile), charged as max(GPU, kernels x 23 us);
-#   the paged forward adds its own Python per module call (integrations/sdpa_paged.py: cache.update's index_select
-#   in every layer), taken as PER_KERNEL ms per kernel the step launches, added to the step,
-#   so an architecture with more kernels a layer (gemma-2's four norms, its two layer types) pays for them;
-# - per scheduled request: the scheduler, input_outputs.py prepare_batch_tensors and update_batch loop over them;
-# - per token read: the read and write index lists are Python lists (cache_manager.py get_read_indices: one `range`
-#   per block), copied to the GPU;
-# - per step: the scheduler's own constant (BASE).
-# Fitted (non-negative least squares in ms over every measured step) on the H200 FIT set by
-#   python -m validation.serving.fit --cases validation/serving/cases/h200_fit.txt \
-#       --steps validation/data/h200_serve_fit_steps.csv
-# The FIT set has two architectures (llama-3.1-8b 1396 kernels a step, qwen2.5-7b 1224), so BASE and PER_KERNEL are
-# nearly collinear there; the fit keeps PER_KERNEL and drives BASE to its bound of zero.
-HF_CB_STEP_BASE_MS = 0.0
-HF_CB_STEP_PER_KERNEL_MS = 0.02092
-HF_CB_STEP_PER_REQUEST_MS = 0.2526
-HF_CB_STEP_PER_KV_TOKEN_MS = 0.0005906
-
-
-def hf_cb_overhead_ms(kernels: int, requests: int, kv_tokens: int) -> float:
-    """hf-cb's per-step host time beyond max(GPU, kernels x DECODE_KERNEL_HOST_MS) (see the constants above)."""
-    return (HF_CB_STEP_BASE_MS + HF_CB_STEP_PER_KERNEL_MS * kernels + HF_CB_STEP_PER_REQUEST_MS * requests
-            + HF_CB_STEP_PER_KV_TOKEN_MS * kv_tokens)
 
 
 def grid_up(x: int) -> int:
@@ -249,7 +235,13 @@ class StepPricer:
                 gather = self.kern.mem_ms("copy", elements, self.dtype)[0]
                 repeat = (self.kern.mem_ms("copy", elements * self.hq / self.hk, self.dtype)[0]
                           if self.hq > self.hk else 0.0)
-                attn_ms += layers * (core + gather + repeat)
+                scatter = 0.0
+                if windowed:  # the masked_scatter_ of k and of v in the sliding update (constants above;
+                    # `elements` counts k and v together)
+                    scatter = self.kern.mem_ms(
+                        "copy", elements * MASKED_SCATTER_BYTES_PER_ELEMENT / 4, "bfloat16")[0]
+                    kernels += layers * SLIDING_UPDATE_EXTRA_KERNELS
+                attn_ms += layers * (core + gather + repeat + scatter)
                 continue
             core = 0.0
             read = win_dec if windowed else decode_kv_tokens
@@ -271,9 +263,10 @@ class StepPricer:
         decode rows read `decode_kv_tokens` cached tokens in all, `prefill_chunks` are (chunk tokens, cached tokens
         before the chunk); for hf-cb's masked path `masked_kv_tokens` is the K of its one packed call. Sliding-window
         layers read at most window - 1 cached tokens a request: `decode_window_kv_tokens` and
-        `masked_window_kv_tokens` are those sums (None: the same as the full ones, no sliding layers). hf-cb steps
-        add the engine's measured per-step overhead for `requests` scheduled requests (`overhead=False`: without
-        it, as validation/serving/fit.py prices measured steps to fit it)."""
+        `masked_window_kv_tokens` are those sums (None: the same as the full ones, no sliding layers). An hf-cb step
+        (without CUDA graphs) is estimator/serve/hf_host.py's prepare + launches + GPU + update for `requests`
+        scheduled requests (`overhead=False`: the GPU ms alone, as validation/serving/fit.py prices measured
+        steps to fit the host terms)."""
         if q_tokens <= 0:
             return 0.0
         gpu_ms, kernels, K = self.step_parts(q_tokens, logit_rows, decode_kv_tokens, prefill_chunks,
@@ -281,8 +274,14 @@ class StepPricer:
         if self.cuda_graphs:
             host = self.kern.k.launch_floor_ms * GRAPH_STEP_LAUNCHES
             return max(gpu_ms, host) + self.sync_ms
+        if self.memory.engine == "hf-cb":
+            if not overhead:
+                return gpu_ms
+            cached = max(masked_kv_tokens - q_tokens, 0)
+            window_cached = cached if masked_window_kv_tokens is None else max(masked_window_kv_tokens - q_tokens, 0)
+            shape = hf_host.host_shape(requests=requests, q_tokens=q_tokens, cached_tokens=cached,
+                                       window_cached_tokens=window_cached, full_groups=self.memory.full_groups,
+                                       sliding_groups=self.memory.sliding_groups, masked=self.masked)
+            return hf_host.step_ms(shape, gpu_ms, kernels)
         host = kernels * DECODE_KERNEL_HOST_MS
-        extra = 0.0
-        if overhead and self.memory.engine == "hf-cb":
-            extra = hf_cb_overhead_ms(kernels, requests, K)
-        return max(gpu_ms, host) + DECODE_MODEL_PYTHON_MS + self.sync_ms + extra
+        return max(gpu_ms, host) + DECODE_MODEL_PYTHON_MS + self.sync_ms

@@ -113,24 +113,107 @@ def _cb_config(knobs: EngineKnobs):
                                     allow_block_sharing=False)
 
 
-def _instrument(processor, steps: list, clock) -> None:
-    """Wrap the scheduler's schedule_batch on this instance to log each step (no behaviour change)."""
+def _instrument(processor, steps: list, clock) -> contextlib.AbstractContextManager:
+    """Wrap the engine's step methods on this instance to log each step (no behaviour change): the scheduler's
+    schedule_batch opens a step record; prepare_next_batch, cache.extend_read_and_write_indices, the module's
+    build_attention_mask, _generation_step (the forward and the blocking copy of the new tokens) and update_batch add
+    their wall time to it (ms), with the engine thread's CPU time over the step and the time the garbage collector
+    ran in it; the read-index lengths of the full and the sliding layer groups come from the IO object after the
+    batch is prepared. Returns a context that removes the module-level patches (the mask builder, gc.callbacks)."""
+    from transformers.generation.continuous_batching import input_outputs as cb_io
+
     scheduler, cache = processor.scheduler, processor.cache
-    original = scheduler.schedule_batch
+    io = processor.inputs_and_outputs
+    sliding_groups = [type(cm).__name__.startswith("Sliding") for cm in cache.group_cache_managers]
+    gc_ms = [0.0]
+    gc_t = [0.0]
+
+    def current() -> dict | None:
+        return steps[-1].phases if steps else None
+
+    def add(key: str, ms: float) -> None:
+        ph = current()
+        if ph is not None:
+            ph[key] = ph.get(key, 0.0) + ms
+
+    def timed(fn, key: str):
+        def wrapper(*a, **kw):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                add(key, (time.perf_counter() - t) * 1e3)
+        return wrapper
+
+    original_schedule = scheduler.schedule_batch
 
     def schedule_batch(token_budget, cache_budget):
         t = clock()
+        t_perf, cpu = time.perf_counter(), time.thread_time()
         waiting = len(scheduler.waiting_requests)
-        result = original(token_budget, cache_budget)
+        result = original_schedule(token_budget, cache_budget)
         batch, _, q_tokens, kv_read = result
         if batch:
             decode = sum(1 for fs in batch if fs.query_length == 1 and fs.state.generated_len() > 0)
             steps.append(StepRecord(start_s=t, requests=len(batch), decode_requests=decode, q_tokens=q_tokens,
                                     max_kv_read=kv_read, free_blocks=cache.get_num_free_blocks(),
-                                    waiting=waiting))
+                                    waiting=waiting,
+                                    phases={"schedule_ms": (time.perf_counter() - t_perf) * 1e3, "_cpu0": cpu,
+                                            "_gc0": gc_ms[0]}))
         return result
 
+    original_prepare = processor.prepare_next_batch
+
+    def prepare_next_batch():
+        t = time.perf_counter()
+        n = len(steps)
+        ok = original_prepare()
+        if ok and len(steps) > n:
+            ph = steps[-1].phases
+            ph["prepare_ms"] = (time.perf_counter() - t) * 1e3
+            sizes = getattr(io, "true_read_sizes", None) or []
+            full = sum(s for s, sl in zip(sizes, sliding_groups, strict=False) if not sl)
+            ph["read_full_tokens"] = int(full)
+            ph["read_sliding_tokens"] = int(sum(sizes) - full)
+        return ok
+
+    original_update = processor.update_batch
+
+    def update_batch():
+        t = time.perf_counter()
+        try:
+            return original_update()
+        finally:
+            ph = current()
+            if ph is not None and "_cpu0" in ph:
+                ph["update_ms"] = (time.perf_counter() - t) * 1e3
+                ph["cpu_ms"] = (time.thread_time() - ph.pop("_cpu0")) * 1e3
+                ph["gc_ms"] = gc_ms[0] - ph.pop("_gc0")
+
+    def on_gc(phase, info):
+        if phase == "start":
+            gc_t[0] = time.perf_counter()
+        else:
+            gc_ms[0] += (time.perf_counter() - gc_t[0]) * 1e3
+
     scheduler.schedule_batch = schedule_batch
+    processor.prepare_next_batch = prepare_next_batch
+    processor.update_batch = update_batch
+    processor._generation_step = timed(processor._generation_step, "forward_ms")
+    cache.extend_read_and_write_indices = timed(cache.extend_read_and_write_indices, "index_ms")
+    original_mask = cb_io.build_attention_mask
+
+    @contextlib.contextmanager
+    def patches():
+        cb_io.build_attention_mask = timed(original_mask, "mask_ms")
+        gc.callbacks.append(on_gc)
+        try:
+            yield
+        finally:
+            cb_io.build_attention_mask = original_mask
+            gc.callbacks.remove(on_gc)
+
+    return patches()
 
 
 def _cache_facts(manager) -> dict:
@@ -179,10 +262,12 @@ def run_engine(model, requests: list, knobs: EngineKnobs, *, device: str, timeou
     cache = _cache_facts(manager)
     memory = {"before_cache_bytes": before_cache,
               "after_cache_bytes": torch.cuda.memory_allocated() if cuda else None, **engine_view}
-    _instrument(manager.batch_processor, steps, clock)
+    stack = contextlib.ExitStack()
+    patches = _instrument(manager.batch_processor, steps, clock)
     manager.start()
     timed_out = False
     try:
+        stack.enter_context(patches)
         ids = [manager.add_request(_prompt(rng, 16, vocab), request_id=f"warmup{i}", max_new_tokens=4,
                                    eos_token_id=-1) for i in range(warmup_requests)]
         _collect(manager, set(ids), time.perf_counter() + timeout_s)
@@ -227,6 +312,7 @@ def run_engine(model, requests: list, knobs: EngineKnobs, *, device: str, timeou
             memory["peak_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
     finally:
         manager.stop(block=True, timeout=30, hard_stop=timed_out)
+        stack.close()
         manager.destroy()
     records = [_record(i, req, results.get(f"r{i}"), t0) for i, req in enumerate(requests)]
     run = EngineRun(device_name=torch.cuda.get_device_name() if cuda else "cpu", cache=cache, memory=memory,

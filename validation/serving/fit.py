@@ -1,36 +1,44 @@
-"""Fit hf-cb's per-step overhead (what an engine step costs beyond the kernels the time model prices) from measured
-engine steps, and compare measured runs with the simulation.
+"""Fit hf-cb's host time per step (estimator/serve/hf_host.py) from measured engine steps.
 
     python -m validation.serving.fit --cases validation/serving/cases/h200_fit.txt \
-        --steps validation/data/h200_serve_fit_steps.csv
+        --steps validation/data/h200_serve_fit_steps.csv --cases validation/serving/cases/h200_fit2.txt \
+        --steps validation/data/h200_serve_fit2_steps.csv --cases validation/serving/cases/h200_heldout.txt \
+        --steps validation/data/h200_serve_heldout_steps.csv --cases validation/serving/cases/h200_heldout2.txt \
+        --steps validation/data/h200_serve_heldout2_steps.csv
 
-Each measured step (validation/serving/engine.py: from one `schedule_batch` to the next, so host scheduling, input
-preparation, the forward and the token update all fall in it) is priced by the simulator's own StepPricer for its
-run's model, GPU and knobs with the overhead set to zero; the residual is fitted by least squares in ms (each
-step weighs its own time, so a run's total time, hence its throughput, is kept), non-negative, as
+(the command that gives estimator/serve/hf_host.py's constants: every run measured before HELD-OUT set 3).
 
-    overhead_ms = base + per_kernel * kernels + per_request * requests
-                  + per_kv_token * (cached tokens read + new tokens)
+Each measured step (validation/serving/engine.py: from one `schedule_batch` to the next) is priced by the
+simulator's own StepPricer for its run's model, GPU and knobs: its GPU ms and the kernels its forward launches.
+Where the steps CSV has the engine's phases (`prepare_ms`, `update_ms`, `forward_ms`, timed inside the engine),
+prepare and update are fitted by least squares on their own columns (hf_host.py names the mechanism of each):
 
-where kernels is what the StepPricer counts the step's forward launches for the run's architecture (the same
-count that prices the eager host floor, kernels x step_time.DECODE_KERNEL_HOST_MS). transformers 5.17 runs each
-step from Python in sync mode (continuous_api.py: prepare_next_batch, then the forward, then a blocking copy of
-the tokens, then update_batch): per launched kernel the paged forward's module Python, per scheduled request the
-scheduler, the IO
-preparation (input_outputs.py prepare_batch_tensors) and the update each loop in Python; per token read, the read
-and write index lists are built as Python lists (cache_manager.py get_read_indices: one `range` per block) and
-copied to the GPU. The fitted numbers are printed in the form estimator/serve/step_cost.py reads.
+    prepare_ms = base + per_request * R + mask_full * R [a full layer type] + mask_sliding * R [a sliding type]
+                 + read_full * (read-index elements of the full groups) + read_sliding * (of the sliding groups)
+                 + write * Q * groups
+    update_ms  = base + per_request * R
+
+and the forward beyond its priced GPU work as `forward_ms - GPU ms = STEP_BASE + LAUNCH * kernels` (least
+squares, each run weighing the same whatever its step count; STEP_BASE >= 0), over
+the phased steps' forward and, for steps without phases, the step minus the fitted prepare and update. Read-index
+elements come from the CSV where it has them (`read_full_tokens`, `read_sliding_tokens`, measured), else from
+the step's cached tokens (`max_kv_read`) for the run's groups. The numbers are printed in the form hf_host.py
+reads, with the fitted model's step-time error per run.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import statistics
 import sys
 
 from validation.serving.cli import _case_args, read_case_lines
 
-FIT_COLUMNS = ("base", "per_kernel", "per_request", "per_kv_token")
+PREPARE_COLUMNS = ("PREPARE_BASE_MS", "PREPARE_PER_REQUEST_MS", "MASK_FULL_PER_REQUEST_MS",
+                   "MASK_SLIDING_PER_REQUEST_MS", "READ_FULL_PER_TOKEN_MS", "READ_SLIDING_PER_TOKEN_MS",
+                   "WRITE_PER_TOKEN_MS")
+UPDATE_COLUMNS = ("UPDATE_BASE_MS", "UPDATE_PER_REQUEST_MS")
 
 
 def pricers_by_run(case_file: str, base_out: str = "unused.csv") -> dict:
@@ -68,66 +76,114 @@ def read_steps(path: str) -> list[dict]:
         for k in ("requests", "decode_requests", "q_tokens", "max_kv_read", "free_blocks", "waiting"):
             r[k] = int(r[k])
         r["duration_ms"] = float(r["duration_s"]) * 1e3
+        phased = bool(r.get("update_ms")) and bool(r.get("forward_ms")) and bool(r.get("prepare_ms"))
+        r["phased"] = phased
+        if phased:
+            for k in ("prepare_ms", "update_ms", "forward_ms"):
+                r[k] = float(r[k])
+            r["read_full_tokens"] = int(r["read_full_tokens"])
+            r["read_sliding_tokens"] = int(r["read_sliding_tokens"])
     return rows
 
 
-def priced_ms(pricer, step: dict) -> float:
-    """The pricer's time for a measured step, overhead excluded: hf-cb's packed masked call over K = the cached
-    tokens read + the step's new tokens; every scheduled request taken as a logit row. Sets step["kernels"] to the
-    kernels the step's forward launches (the pricer's count for this architecture)."""
-    q = step["q_tokens"]
-    step["kernels"] = pricer.step_parts(q, step["requests"], 0, [], step["max_kv_read"] + q)[1]
-    return pricer.step_ms(q, step["requests"], 0, [], step["max_kv_read"] + q, requests=0, overhead=False)
+def price_step(pricer, step: dict) -> None:
+    """Set step["gpu_ms"], step["kernels"] (the StepPricer's, hf-cb's packed masked call over the cached tokens
+    read + the new ones, every scheduled request a logit row) and step["shape"] (hf_host.HostShape)."""
+    from estimator.serve import hf_host
+
+    q, kv, req = step["q_tokens"], step["max_kv_read"], step["requests"]
+    window = pricer.window
+    window_kv = min(kv, (window - 1) * req) if window else kv  # each request reads at most window - 1
+    gpu, kernels, _ = pricer.step_parts(q, req, 0, [], kv + q, None, window_kv + q if window else None)
+    step["gpu_ms"], step["kernels"] = gpu, kernels
+    mem = pricer.memory
+    shape = hf_host.host_shape(requests=req, q_tokens=q, cached_tokens=kv, window_cached_tokens=window_kv,
+                               full_groups=mem.full_groups, sliding_groups=mem.sliding_groups, masked=pricer.masked)
+    if step.get("phased"):  # the engine's own read-index lengths
+        shape = hf_host.HostShape(requests=req, q_tokens=q, read_full_tokens=step["read_full_tokens"],
+                                  read_sliding_tokens=step["read_sliding_tokens"], groups=shape.groups,
+                                  full_mask=shape.full_mask, sliding_mask=shape.sliding_mask)
+    step["shape"] = shape
 
 
-def fit_overhead(rows: list[dict], priced: list[float]) -> dict:
-    """Non-negative least squares (ms) of measured - priced on (1, kernels, requests, K); see the module
-    docstring. Each row needs "kernels" (set by `priced_ms`)."""
+def _prepare_row(s) -> list[float]:
+    return [1.0, s.requests, s.requests * s.full_mask, s.requests * s.sliding_mask, s.read_full_tokens,
+            s.read_sliding_tokens, s.q_tokens * s.groups]
+
+
+def _lstsq(X, y):
     import numpy as np
 
-    X = np.array([[1.0, r["kernels"], r["requests"], r["max_kv_read"] + r["q_tokens"]] for r in rows])
-    y = np.array([r["duration_ms"] for r in rows]) - np.array(priced)
-    w = np.ones(len(rows))
-    active = list(range(X.shape[1]))
-    coef = np.zeros(X.shape[1])
-    while active:  # drop a negative coefficient and refit (a small active-set NNLS)
-        sol, *_ = np.linalg.lstsq(X[:, active] * w[:, None], y * w, rcond=None)
-        if (sol >= 0).all():
-            coef[:] = 0
-            coef[active] = sol
-            break
-        active.pop(int(np.argmin(sol)))
-    return dict(zip(FIT_COLUMNS, (float(c) for c in coef), strict=False))
+    sol, *_ = np.linalg.lstsq(np.asarray(X, dtype=float), np.asarray(y, dtype=float), rcond=None)
+    return [float(v) for v in sol]
+
+
+def fit_host(rows: list[dict]) -> dict:
+    """The hf_host constants from priced steps (`price_step` applied): see the module docstring."""
+    phased = [r for r in rows if r.get("phased")]
+    if not phased:
+        raise ValueError("--steps: no step has the engine's phases (prepare_ms, forward_ms, update_ms)")
+    prep = _lstsq([_prepare_row(r["shape"]) for r in phased], [r["prepare_ms"] for r in phased])
+    upd = _lstsq([[1.0, r["shape"].requests] for r in phased], [r["update_ms"] for r in phased])
+    out = dict(zip(PREPARE_COLUMNS, prep, strict=True)) | dict(zip(UPDATE_COLUMNS, upd, strict=True))
+    per_run: dict = {}
+    for r in rows:
+        per_run[r["run"]] = per_run.get(r["run"], 0) + 1
+    X, y = [], []
+    for r in rows:  # each run weighs the same (a run of many short steps does not outvote the others)
+        w = (1.0 / per_run[r["run"]]) ** 0.5
+        if r.get("phased"):
+            forward = r["forward_ms"]
+        else:
+            forward = (r["duration_ms"] - sum(c * x for c, x in zip(prep, _prepare_row(r["shape"]), strict=True))
+                       - upd[0] - upd[1] * r["shape"].requests)
+        X.append([w, w * r["kernels"]])
+        y.append(w * (forward - r["gpu_ms"]))
+    base, launch = _lstsq(X, y)
+    if base < 0:  # non-negative: a step cannot cost less than its launches
+        base, launch = 0.0, _lstsq([[x[1]] for x in X], y)[0]
+    out["STEP_BASE_MS"], out["LAUNCH_MS"] = base, launch
+    return out
+
+
+def model_ms(fit: dict, r: dict) -> float:
+    s = r["shape"]
+    prep = sum(fit[c] * x for c, x in zip(PREPARE_COLUMNS, _prepare_row(s), strict=True))
+    return (prep + fit["UPDATE_BASE_MS"] + fit["UPDATE_PER_REQUEST_MS"] * s.requests + fit["STEP_BASE_MS"]
+            + fit["LAUNCH_MS"] * r["kernels"] + r["gpu_ms"])
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m validation.serving.fit", description=__doc__.splitlines()[0])
-    p.add_argument("--cases", required=True, help="the case file the steps were measured from")
-    p.add_argument("--steps", required=True, help="per-step CSV of `python -m validation serve --steps`")
+    p.add_argument("--cases", action="append", required=True, help="a case file the steps were measured from "
+                   "(repeat, one per --steps)")
+    p.add_argument("--steps", action="append", required=True,
+                   help="per-step CSV of `python -m validation serve --steps` (repeat)")
     args = p.parse_args(argv)
     try:
-        pricers = pricers_by_run(args.cases)
-        rows = read_steps(args.steps)
-        missing = sorted({r["run"] for r in rows} - set(pricers))
-        if missing:
-            raise ValueError(f"--steps: runs {', '.join(missing)} are not in {args.cases}")
-        priced = [priced_ms(pricers[r["run"]][1], r) for r in rows]
+        if len(args.cases) != len(args.steps):
+            raise ValueError("--cases/--steps: give one case file for each steps CSV")
+        rows = []
+        for cases, steps in zip(args.cases, args.steps, strict=True):
+            pricers = pricers_by_run(cases)
+            mine = read_steps(steps)
+            missing = sorted({r["run"] for r in mine} - set(pricers))
+            if missing:
+                raise ValueError(f"--steps: runs {', '.join(missing)} are not in {cases}")
+            for r in mine:
+                price_step(pricers[r["run"]][1], r)
+            rows += mine
+        fit = fit_host(rows)
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    fit = fit_overhead(rows, priced)
-    print(f"fitted on {len(rows)} steps of {len({r['run'] for r in rows})} runs ({args.steps}):")
-    print(f"HF_CB_STEP_BASE_MS = {fit['base']:.4g}")
-    print(f"HF_CB_STEP_PER_KERNEL_MS = {fit['per_kernel']:.4g}")
-    print(f"HF_CB_STEP_PER_REQUEST_MS = {fit['per_request']:.4g}")
-    print(f"HF_CB_STEP_PER_KV_TOKEN_MS = {fit['per_kv_token']:.4g}")
-    errors = {}
-    for r, g in zip(rows, priced, strict=False):
-        model = g + (fit["base"] + fit["per_kernel"] * r["kernels"] + fit["per_request"] * r["requests"]
-                     + fit["per_kv_token"] * (r["max_kv_read"] + r["q_tokens"]))
-        errors.setdefault(r["run"], []).append((model - r["duration_ms"]) / r["duration_ms"])
-    import statistics
-
+    print(f"fitted on {len(rows)} steps of {len({r['run'] for r in rows})} runs "
+          f"({sum(1 for r in rows if r['phased'])} with the engine's phases):")
+    for k, v in fit.items():
+        print(f"HF_CB_{k} = {v:.4g}")
+    errors: dict = {}
+    for r in rows:
+        errors.setdefault(r["run"], []).append((model_ms(fit, r) - r["duration_ms"]) / r["duration_ms"])
     every = [e for es in errors.values() for e in es]
     print(f"step time, fitted model vs measured: median |error| {statistics.median(abs(e) for e in every):.1%}")
     for run, es in errors.items():

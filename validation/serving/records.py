@@ -54,6 +54,9 @@ class StepRecord:
     max_kv_read: int
     free_blocks: int
     waiting: int
+    # where the step's host time went (ms; filled in as the step runs, see validation/serving/engine.py _instrument;
+    # a key is absent where the phase never ran, e.g. a step cut off by the timeout)
+    phases: dict = field(default_factory=dict)
 
 
 def latency_summary(rows: list[dict]) -> dict:
@@ -116,8 +119,9 @@ def request_rows(run_id: str, records: list[RequestRecord], predicted: list[dict
 REQUEST_COLUMNS = ["run", "request", "arrival_s", "prompt_tokens", "output_tokens", "finished", "generated_tokens",
                    "start_s", "first_token_s", "finish_s", "ttft_ms", "tpot_ms", "e2e_ms", "pred_first_token_s",
                    "pred_finish_s", "pred_ttft_ms", "pred_tpot_ms", "pred_e2e_ms", "token_times_s"]
+STEP_PHASES = ("schedule_ms", "prepare_ms", "index_ms", "mask_ms", "forward_ms", "update_ms", "cpu_ms", "gc_ms")
 STEP_COLUMNS = ["run", "step", "start_s", "duration_s", "requests", "decode_requests", "q_tokens", "max_kv_read",
-                "free_blocks", "waiting"]
+                "free_blocks", "waiting", "read_full_tokens", "read_sliding_tokens", *STEP_PHASES]
 
 
 def step_rows(run_id: str, steps: list[StepRecord], end_s: float | None) -> list[dict]:
@@ -128,7 +132,8 @@ def step_rows(run_id: str, steps: list[StepRecord], end_s: float | None) -> list
         rows.append({"run": run_id, "step": i, "start_s": _f(s.start_s),
                      "duration_s": _f(None if nxt is None else nxt - s.start_s), "requests": s.requests,
                      "decode_requests": s.decode_requests, "q_tokens": s.q_tokens, "max_kv_read": s.max_kv_read,
-                     "free_blocks": s.free_blocks, "waiting": s.waiting})
+                     "free_blocks": s.free_blocks, "waiting": s.waiting,
+                     **{k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in s.phases.items()}})
     return rows
 
 

@@ -1,0 +1,102 @@
+"""hf-cb's step time around the GPU work: what transformers 5.17 continuous batching does on the host each step.
+
+The engine runs one step at a time from Python, in sync mode (continuous_batching/continuous_api.py
+`_generation_loop_body`): `prepare_next_batch`, then `_generation_step` (the forward, then
+`retrieve_device_outputs`: a blocking stream synchronize), then `update_batch`. Each phase's mechanism, from the
+source (paths under transformers/generation/continuous_batching/):
+
+- prepare (`prepare_next_batch`: scheduler.py `schedule_batch`, then input_outputs.py `prepare_batch_tensors`):
+  per scheduled request a Python loop body; per request and per layer type `utils.py build_attention_mask` (a
+  handful of small torch ops building the request's block of the dense mask: full attention, and for a sliding
+  type one more `tril` and add); the read and write index lists of every layer group, built in Python
+  (cache_manager.py: a full-attention group extends one `range` per block, a sliding group loops once per token
+  over min(past, window - 1) cached tokens) and copied to the device with `torch.tensor(list)` (per element);
+  the write indices, input ids and positions per new token and group. Read indices exist only when some request
+  in the batch has cached tokens (input_outputs.py: `read_index = None` when max_kv_read is 0).
+- forward: every kernel is launched from eager Python; the measured steps say the GPU work does not overlap the
+  launches (the forward's wall time is the launches plus the priced GPU time: a least-squares fit with both free
+  gives 1.03 x the GPU time), so the forward costs `kernels x LAUNCH + GPU`.
+- update (`update_batch`): per scheduled request a Python loop body.
+
+Fitted (least squares in ms) by `python -m validation.serving.fit` (its docstring has the command) on H200 steps:
+the phases of validation/data/h200_serve_fit2_steps.csv (validation/serving/engine.py `_instrument` times each
+phase inside the engine) fix PREPARE_* and UPDATE_*; the forward of those steps and, for the steps of
+validation/data/h200_serve_fit_steps.csv, h200_serve_heldout_steps.csv and h200_serve_heldout2_steps.csv, the step
+minus the fitted prepare and update, fix STEP_BASE and LAUNCH (28 runs, each weighing the same). STEP_BASE has no
+attributed mechanism (docs/serving.md says what was seen); fitted on the two FIT sets alone it is 9.9 ms.
+Unit costs measured directly on the same machine (`python -m validation.serving.host_probe`,
+validation/data/h200_serve_host_probe.csv) agree in size: a sliding read 103 ns a token, a full read 12 ns a
+token, list-to-tensor 63 ns an element, a mask 29 us (full) and 45 us (sliding) a request.
+
+API: `HostShape`, `host_shape(...)`, `prepare_ms(shape)`, `update_ms(shape)`, `forward_ms(gpu_ms, kernels)`,
+`step_ms(shape, gpu_ms, kernels)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+HF_CB_PREPARE_BASE_MS = 0.3869
+HF_CB_PREPARE_PER_REQUEST_MS = 0.000944
+HF_CB_MASK_FULL_PER_REQUEST_MS = 0.05824
+HF_CB_MASK_SLIDING_PER_REQUEST_MS = 0.08119
+HF_CB_READ_FULL_PER_TOKEN_MS = 0.0001104
+HF_CB_READ_SLIDING_PER_TOKEN_MS = 0.0002184
+HF_CB_WRITE_PER_TOKEN_MS = 0.0004276
+HF_CB_UPDATE_BASE_MS = 0.05984
+HF_CB_UPDATE_PER_REQUEST_MS = 0.007225
+HF_CB_STEP_BASE_MS = 31.22
+HF_CB_LAUNCH_MS = 0.02991
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostShape:
+    """What one hf-cb step hands the host: scheduled requests, new tokens, the read-index elements summed over the
+    full-attention groups and over the sliding groups, the layer groups, and which layer types have a mask."""
+    requests: int
+    q_tokens: int
+    read_full_tokens: int
+    read_sliding_tokens: int
+    groups: int
+    full_mask: bool
+    sliding_mask: bool
+
+    def __post_init__(self) -> None:
+        for name in ("requests", "q_tokens", "read_full_tokens", "read_sliding_tokens", "groups"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: expected a count >= 0, got {getattr(self, name)}")
+
+
+def host_shape(*, requests: int, q_tokens: int, cached_tokens: int, window_cached_tokens: int, full_groups: int,
+               sliding_groups: int, masked: bool) -> HostShape:
+    """The HostShape of a step whose requests hold `cached_tokens` cached tokens in all (`window_cached_tokens`:
+    the same capped at window - 1 a request), over `full_groups` and `sliding_groups` layer groups; `masked`: the
+    attention runs through `paged|sdpa` or `paged|eager` (a dense mask per layer type)."""
+    read = cached_tokens > 0  # no request has cached tokens: no read indices at all
+    return HostShape(requests=requests, q_tokens=q_tokens,
+                     read_full_tokens=full_groups * (cached_tokens + q_tokens) if read else 0,
+                     read_sliding_tokens=sliding_groups * (window_cached_tokens + q_tokens) if read else 0,
+                     groups=full_groups + sliding_groups, full_mask=masked and full_groups > 0,
+                     sliding_mask=masked and sliding_groups > 0)
+
+
+def prepare_ms(s: HostShape) -> float:
+    return (HF_CB_PREPARE_BASE_MS + HF_CB_PREPARE_PER_REQUEST_MS * s.requests
+            + HF_CB_MASK_FULL_PER_REQUEST_MS * s.requests * s.full_mask
+            + HF_CB_MASK_SLIDING_PER_REQUEST_MS * s.requests * s.sliding_mask
+            + HF_CB_READ_FULL_PER_TOKEN_MS * s.read_full_tokens
+            + HF_CB_READ_SLIDING_PER_TOKEN_MS * s.read_sliding_tokens
+            + HF_CB_WRITE_PER_TOKEN_MS * s.q_tokens * s.groups)
+
+
+def update_ms(s: HostShape) -> float:
+    return HF_CB_UPDATE_BASE_MS + HF_CB_UPDATE_PER_REQUEST_MS * s.requests
+
+
+def forward_ms(gpu_ms: float, kernels: int) -> float:
+    return HF_CB_STEP_BASE_MS + HF_CB_LAUNCH_MS * kernels + gpu_ms
+
+
+def step_ms(s: HostShape, gpu_ms: float, kernels: int) -> float:
+    """Wall ms of one hf-cb step: prepare + forward + update (the module docstring)."""
+    return prepare_ms(s) + forward_ms(gpu_ms, kernels) + update_ms(s)

@@ -38,8 +38,9 @@ def vlm_plan(req: VisionRequest, tokens: dict) -> VisionPlan:
     if k:
         towers = _tower_plans(req, m, per_crop, b * k * crops * base.dp, frozen=not tower_trained)
         for i, (label, plan) in enumerate(towers):
+            extra = tower_block_extras_ms(m, plan, b * k * crops) * plan.inputs.model.layers
             parts.append(Part(name=label, params=m.tower.params if i == 0 else 0, trainable=tower_trained,
-                              plan=plan, tokens=nv))
+                              plan=plan, tokens=nv, extra_ms=extra))
     tower_plan = towers[0][1] if towers else None
     parts.append(Part(name="projector", params=m.projector_params, trainable=training, plan=None,
                       tokens=m.image_lm_tokens(nv, crops)))
@@ -221,3 +222,51 @@ def frozen_weights_saving_ms(plan: Plan) -> float:
     after = max(gpu - gemm - cast, cpu - launches * kern.k.matmul_floor_ms)
     optimizer = sum(split.get("optimizer", {}).values())
     return max(0.0, before - after) + optimizer
+
+
+# Qwen2-VL's VisionAttention rotates q and k in fp32 (transformers 5.17 qwen2_vl/modeling_qwen2_vl.py
+# apply_rotary_pos_emb_vision: q.float(), k.float(), cos/sin unsqueezed and cast, rotate_half's two slices, neg and
+# cat, two products and a sum, the casts back): about 9 kernels for each of q and k beyond the encoder layer's
+QWEN_ROTARY_KERNELS = 18
+
+
+def tower_block_extras_ms(m: VisionLanguageSpec, plan: Plan, images: int) -> float:
+    """What one tower block runs beyond the encoder layer its plan prices, at the measured memory-bound kernel
+    rates and, on the host, DECODE_KERNEL_HOST_MS per kernel (estimator/model/step_time.py):
+    - QuickGELU (CLIP, Qwen2-VL: x * sigmoid(1.702 x)): two more elementwise passes over fc1's output;
+    - Qwen's fp32 rotation of q and k (QWEN_ROTARY_KERNELS kernels; fp32 passes over q and k: two casts up, the
+      half-slices and their cat, two products and a sum, two casts down);
+    - Qwen without flash-attention's varlen kernel: VisionAttention splits q, k, v at cu_seqlens
+      (lengths.tolist(): a device sync every block) and calls SDPA once per image, then concatenates the outputs
+      (one copy) - per image a launch and its Python.
+    Training (the tower trained): each elementwise pass's backward is BACKWARD_MEMORY_FACTOR passes.
+    Returns ms per block: the GPU time or the host's dispatch, whichever is longer."""
+    from estimator.model.calibration import load_constants
+    from estimator.model.kernel_prices import Kernels
+    from estimator.model.layer_passes import BACKWARD_MEMORY_FACTOR
+    from estimator.model.step_time import DECODE_KERNEL_HOST_MS
+
+    inp = plan.inputs
+    kern = Kernels(load_constants(inp.calibration), gpu_of(inp))
+    training = inp.mode == "training"
+    dt = inp.recipe.compute_dtype if (training and inp.recipe) else inp.dtype
+    rows = inp.batch_per_gpu * inp.tokens_per_gpu
+    t = m.tower
+    gpu, kernels = 0.0, 0
+    if t.quick_gelu:
+        g, kn = kern.mem_ms("mul", rows * t.ffn, dt)
+        gpu += 2 * g
+        kernels += 2 * kn
+    if t.fp32_rotary:
+        e = rows * t.hidden  # q (and k) elements
+        for op, dtype, n in (("cast_bf16_fp32", "bfloat16", 4), ("copy", "float32", 4), ("mul", "float32", 6)):
+            g, _ = kern.mem_ms(op, e, dtype)
+            gpu += n * g / 2  # n passes over q and k together: n / 2 each
+        kernels += QWEN_ROTARY_KERNELS
+    if t.kind in ("qwen2_vl", "qwen2_5_vl") and inp.backend != "flash-attn":
+        g, kn = kern.mem_ms("copy", rows * t.hidden, dt)
+        gpu += g
+        kernels += kn + 3 * max(1, images)  # the split views and one SDPA launch per image
+    if training:
+        gpu *= 1 + BACKWARD_MEMORY_FACTOR
+    return max(gpu, kernels * DECODE_KERNEL_HOST_MS) if not training else gpu + kernels * 0.0

@@ -157,7 +157,7 @@ def sdpa_rows() -> list[dict]:
             q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=grad)
                        for _ in range(3))
 
-            def fn():
+            def fn(q=q, k=k, v=v, grad=grad):
                 o = F.scaled_dot_product_attention(q, k, v)
                 if grad:
                     o.backward(torch.ones_like(o))
@@ -167,7 +167,7 @@ def sdpa_rows() -> list[dict]:
             prof = _profile(fn)
             out.append({"sdpa": [b, h, n, d], "mode": mode, "ms": round(ts[2], 4),
                         "kernels": [t["name"][:60] for t in prof["top"][:3]]})
-            del q, k, v
+            del q, k, v, fn
     return out
 
 

@@ -89,13 +89,14 @@ CUDNN_GRAPH_BUILD_MS = 34.5
 DECODE_KERNEL_HOST_MS = 0.023
 DECODE_MODEL_PYTHON_MS = 0.25
 # An encoder layer's no-grad forward (ViT, CLIP/SigLIP and Qwen vision blocks, Swin blocks) has no cache, rotary or
-# mask set-up, so its host time is its kernels' dispatch alone, at the same per-kernel cost as HF's eager decode step (DECODE_KERNEL_HOST_MS:
-# Python module calls, dispatch and launch, profiled); its model level (patch conv, class token, positions, final norm,
-# head) is ENCODER_MODEL_PYTHON_MS. Measured on the H200 with ViT-L/16 at 224 px, batch 1, where the prefill is
-# host-bound: 4 layers 1.83 ms, 24 layers 8.53 ms, so 0.335 ms a layer (~14 kernels) and 0.49 ms at zero layers
-# (validation/data/h200_hf_vision_breakdown.jsonl, `python bench/bench_vision_breakdown.py --cases
-# validation/cases/h200_hf_vision_breakdown.csv --sdpa`). A training forward (autograd recording, autocast) keeps
-# LAYER_PYTHON_MS: the ViT and Swin training steps of the same runs were host-bound at 2-5 ms a layer.
+# mask set-up, so its host time is its kernels' dispatch alone, at the per-kernel cost of HF's eager decode step
+# (DECODE_KERNEL_HOST_MS: Python module calls, dispatch and launch, profiled); its model level (patch conv, class
+# token, positions, final norm, head) is ENCODER_MODEL_PYTHON_MS plus those kernels' own dispatch. Measured on the
+# H200 with ViT-L/16 at 224 px, batch 1, where the prefill is host-bound: 4 layers 1.83 ms, 24 layers 8.53 ms, so
+# 0.335 ms a layer (~14 kernels) and 0.49 ms at zero layers (validation/data/h200_hf_vision_breakdown.jsonl,
+# `python bench/bench_vision_breakdown.py --cases validation/cases/h200_hf_vision_breakdown.csv --sdpa`). A training
+# forward (autograd recording, autocast) keeps LAYER_PYTHON_MS: the ViT and Swin training steps of the same runs were
+# host-bound at 2-5 ms a layer.
 ENCODER_MODEL_PYTHON_MS = 0.35
 
 

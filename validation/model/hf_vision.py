@@ -1,6 +1,6 @@
 """Vision families for `validation.hf_models`: ViT and Swin image classifiers and the Qwen2-VL, LLaVA-1.5, Gemma-3
-and PaliGemma vision-language models, built from configs in code (random weights, nothing downloaded), and the inputs one case
-feeds them. Self-contained like hf_models: torch, transformers, stdlib (no estimator/ imports).
+and PaliGemma vision-language models, built from configs in code (random weights, nothing downloaded), and the inputs
+one case feeds them. Self-contained like hf_models: torch, transformers, stdlib (no estimator/ imports).
 
 Case columns used here (besides hf_models' own):
   image_size  pixels, square ("1024") or "HxW"; ViT: the config's image_size is set to it (learned positions for
@@ -115,7 +115,8 @@ _TINY = {
                                "sliding_window": 16, "num_hidden_layers": 6},
                "vision_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
                                  "num_attention_heads": 2, "image_size": 56}},
-    "paligemma": {"projection_dim": 64, "hidden_size": 64, "text_config": {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+    "paligemma": {"projection_dim": 64, "hidden_size": 64,
+                  "text_config": {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
                                   "num_key_value_heads": 1, "head_dim": 16},
                   "vision_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
                                     "num_attention_heads": 2, "image_size": 56, "projection_dim": 64}},

@@ -153,6 +153,7 @@ def test_text_only_says_so(capsys):
 
 @pytest.mark.parametrize("files, least", [
     (["h200_hf_vision_heldout_prefill.csv", "h200_hf_vision_heldout_train.csv"], 0.95),
+    (["h200_hf_vision_heldout2_prefill.csv", "h200_hf_vision_heldout2_train.csv"], 0.95),
     (["h200_hf_vision.csv"], 0.70),
 ])
 def test_committed_h200_vision_sets(files, least):

@@ -88,6 +88,16 @@ CUDNN_GRAPH_BUILD_MS = 34.5
 # Llama: 4.9 and 8.6 ms), so decode carries a wide error band.
 DECODE_KERNEL_HOST_MS = 0.023
 DECODE_MODEL_PYTHON_MS = 0.25
+# An encoder layer's no-grad forward (ViT, CLIP/SigLIP and Qwen vision blocks, Swin blocks) has no cache, rotary or
+# mask set-up, so its host time is its kernels' dispatch alone, at the per-kernel cost of HF's eager decode step
+# (DECODE_KERNEL_HOST_MS: Python module calls, dispatch and launch, profiled); its model level (patch conv, class
+# token, positions, final norm, head) is ENCODER_MODEL_PYTHON_MS plus those kernels' own dispatch. Measured on the
+# H200 with ViT-L/16 at 224 px, batch 1, where the prefill is host-bound: 4 layers 1.83 ms, 24 layers 8.53 ms, so
+# 0.335 ms a layer (~14 kernels) and 0.49 ms at zero layers (validation/data/h200_hf_vision_breakdown.jsonl,
+# `python bench/bench_vision_breakdown.py --cases validation/cases/h200_hf_vision_breakdown.csv --sdpa`). A training
+# forward (autograd recording, autocast) keeps LAYER_PYTHON_MS: the ViT and Swin training steps of the same runs were
+# host-bound at 2-5 ms a layer.
+ENCODER_MODEL_PYTHON_MS = 0.35
 
 
 def decode_graph_builds(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU) -> int:
@@ -223,14 +233,18 @@ def _forward_pass(st: _Step) -> tuple[passes.Pass, list, int]:
                 passes.mem(lp, kern, "copy", a.kv_repeat_bytes / st.es, dtype)
             if m.attention_sinks and backend == "eager" and a.timing is not None:
                 passes.sinks_eager(lp, kern, a.timing.call, dtype)
-            lp.add("host", 0.0, LAYER_PYTHON_MS, 0)  # overlaps the GPU work queued before it
+            if m.kind == "decoder" or st.training:
+                lp.add("host", 0.0, LAYER_PYTHON_MS, 0)  # overlaps the GPU work queued before it
+            else:  # an encoder's no-grad forward: see ENCODER_MODEL_PYTHON_MS
+                lp.cpu = lp.kernels * DECODE_KERNEL_HOST_MS
             fwd.merge(lp, count)
             per_kind_layers.append((a, moe, count, lp))
     # model level: embedding gather, (Gemma's scale), final norm, head, masks and rotary set-up
     passes.mem(fwd, kern, "copy", T * H, st.rdt)
     passes.norm(fwd, kern, "rmsnorm" if m.norm == "rmsnorm" else "layernorm", T * H, st.rdt)
-    fwd.add("memory_bound", 0.0, kern.k.launch_floor_ms * 10, 10)  # position ids, cos/sin, mask set-up
-    fwd.add("python", 0.0, MODEL_PYTHON_MS, 0)
+    if m.kind == "decoder":
+        fwd.add("memory_bound", 0.0, kern.k.launch_floor_ms * 10, 10)  # position ids, cos/sin, mask set-up
+    fwd.add("python", 0.0, MODEL_PYTHON_MS if m.kind == "decoder" or st.training else ENCODER_MODEL_PYTHON_MS, 0)
     if m.kind == "decoder":
         rows = T if (st.training or inputs.logits == "all") else b
     else:

@@ -77,6 +77,8 @@ class Part:
     trainable: bool
     plan: Plan | None  # the part's own budget (None: the projector, priced here)
     tokens: int = 0
+    saved_ms: float = 0.0  # training step time its plan prices that a frozen part never runs (vision_vlm.py)
+    extra_ms: float = 0.0  # what the part runs beyond its encoder plan (Swin's window ops: vision_swin.py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -270,5 +272,5 @@ def _part_time(p: Part, training: bool) -> float:
     if p.plan is None:
         return 0.0
     if training and p.plan.inputs.mode == "training":
-        return p.plan.step_time_ms
-    return p.plan.prefill_time_ms
+        return p.plan.step_time_ms - p.saved_ms + p.extra_ms
+    return p.plan.prefill_time_ms + (p.extra_ms if p.plan.inputs.mode == "inference" else 0.0)

@@ -27,6 +27,10 @@ def swin_plan(req: VisionRequest, tokens: dict) -> VisionPlan:
                              q_len=w2, kv_len=w2, dtype=base.dtype, causal=False, mask="float",
                              mode="forward_backward" if training else "forward",
                              backend="eager" if base.backend == "eager" else base.backend)
+        if training and base.backend == "auto":
+            # the bias is a trained parameter, so the mask requires grad: SDPA runs the memory-efficient kernel,
+            # which returns the bias gradient (the profiled Swin-L step: fmha_cutlassF/B kernels, no cuDNN)
+            call = replace(call, backend="efficient")
         est = estimate_call(call, gpu, base.torch_version)
         backend = est.selected_backend if est.supported else base.backend
         plan = budget(replace(base, model=m.stage_spec(i), seq_len=w2, batch=b * s.windows * base.dp, window=None,
@@ -38,7 +42,9 @@ def swin_plan(req: VisionRequest, tokens: dict) -> VisionPlan:
                            "attention with its float relative-position bias: " +
                            "; ".join(r for rs in est.reasons.values() for r in rs)[:300])
         params = m.params if i == 0 else 0
-        parts.append(Part(name=f"stage {i + 1}", params=params, trainable=training, plan=plan, tokens=s.tokens))
+        extra = swin_block_extras_ms(req, i, s, plan) * m.depths[i] + _merge_ms(req, i, s, len(stages), plan)
+        parts.append(Part(name=f"stage {i + 1}", params=params, trainable=training, plan=plan, tokens=s.tokens,
+                          extra_ms=extra))
         # bias + shift mask, per shifted block (the bias alone, (1, heads, w², w²), broadcasts: no copy)
         mask = b * s.windows * heads * w2 * w2 * es if s.shifted else 0
         merge = 2 * b * s.tokens * m.stage_width(i) * es if i < len(stages) - 1 else 0  # concat + its LayerNorm
@@ -70,3 +76,95 @@ def swin_plan(req: VisionRequest, tokens: dict) -> VisionPlan:
             ("gradients of later stages", later_grads)]))
     phases.append(("optimizer step", [("gradients", states[1]), ("optimizer step temporaries", states[3])]))
     return _finish(req, tokens, parts, phases, persistent, 0, 0)
+
+
+# get_attn_mask rebuilds the shift mask on every shifted block's forward (an img_mask of zeros, nine slice
+# assignments, window_partition, the pairwise difference, two masked_fill: ~15 small kernels), and the
+# relative-position bias is gathered from its table, viewed and permuted (3)
+SHIFT_MASK_KERNELS = 15
+BIAS_GATHER_KERNELS = 3
+
+
+def _kernels(plan):
+    from estimator.model.calibration import load_constants
+    from estimator.model.kernel_prices import Kernels
+
+    return Kernels(load_constants(plan.inputs.calibration), gpu_of(plan.inputs))
+
+
+def swin_block_extras_ms(req: VisionRequest, i: int, s, plan) -> float:
+    """What one Swin block runs beyond the encoder layer its stage plan prices (transformers 5.17
+    swin/modeling_swin.py SwinLayer.forward and SwinSelfAttention.forward), averaged over a shifted and a plain
+    block, priced at the measured memory-bound kernel rates:
+    - window_partition and window_reverse (view, permute, contiguous: one copy each of the padded stage tensor),
+      the attention output's transpose-reshape (one copy), torch.roll before and after the attention in a shifted
+      block, maybe_pad's F.pad and the crop back when the grid is padded; under autocast the partitioned windows
+      and the first roll are fp32 (the LayerNorm's output), the rest bf16;
+    - through SDPA in a shifted block, bias + shift mask materialised as a (batch·windows, heads, w², w²) tensor in
+      fp32 (the bias table is fp32) and cast to bf16 for the kernel;
+    - training: each copy's backward is one more copy; the mask's gradient (the memory-efficient backward writes it
+      at the expanded shape) cast to fp32 and summed back to the (heads, w², w²) bias in every block; drop_path's
+      two multiplies (drop_path_rate > 0 in the published configs) forward and backward;
+    - the host: these kernels' dispatch, plus get_attn_mask's and the bias gather's small kernels, at
+      DECODE_KERNEL_HOST_MS each (estimator/model/step_time.py), where that exceeds their GPU time.
+    Returns the ms of one block (training: forward + backward)."""
+    from estimator.model.step_time import DECODE_KERNEL_HOST_MS
+
+    base, m = req.base, req.model
+    kern = _kernels(plan)
+    training = base.mode == "training"
+    autocast = bool(training and base.recipe and base.recipe.autocast)
+    dt = plan.inputs.dtype if not training else (base.recipe.compute_dtype if base.recipe else base.dtype)
+    rdt = "float32" if autocast else dt
+    b = base.batch_per_gpu * max(1, req.images)
+    W = m.stage_width(i)
+    padded = b * s.padded_height * s.padded_width * W
+    e = padded  # elements of one stage-tensor copy
+    gpu, kernels = 0.0, 0
+    copies = [(e, rdt), (e, dt), (e, dt)]  # partition (LN output), reverse, attention output transpose
+    if s.shifted:
+        copies += [(0.5 * e, rdt), (0.5 * e, dt)]  # two rolls in every other block: half on average
+    if s.padded_height != s.height or s.padded_width != s.width:
+        copies += [(e, rdt), (e, dt)]
+    for n, dtype in copies:
+        g, k = kern.mem_ms("copy", n, dtype)
+        gpu += g * (2 if training else 1)
+        kernels += k
+    mask_e = b * s.windows * m.heads[i] * s.window ** 4
+    sdpa = plan.selected_backend != "eager"
+    if s.shifted and sdpa:  # half the blocks
+        g1, k1 = kern.mem_ms("add", mask_e, "float32")
+        g2, k2 = kern.mem_ms("cast_bf16_fp32", mask_e)
+        gpu += 0.5 * (g1 + g2)
+        kernels += k1 + k2
+    if training:
+        g1, _ = kern.mem_ms("cast_bf16_fp32", mask_e)
+        g2, _ = kern.mem_ms("add", mask_e, "float32")  # the sum back to the bias: reads it once
+        gpu += g1 + 0.5 * g2
+        g3, k3 = kern.mem_ms("mul", b * s.tokens * W, rdt)
+        gpu += 4 * g3
+        kernels += 2 * k3
+    kernels += BIAS_GATHER_KERNELS + (SHIFT_MASK_KERNELS // 2 if s.shifted else 0)
+    host = kernels * DECODE_KERNEL_HOST_MS
+    return gpu if training else max(gpu, host)
+
+
+def _merge_ms(req: VisionRequest, i: int, s, n_stages: int, plan) -> float:
+    """SwinPatchMerging after every stage but the last: the four strided slices concatenated (one copy), a LayerNorm
+    over 4W and the Linear 4W -> 2W on a quarter of the tokens, which the stage's encoder plan does not hold
+    (training: the GEMM's two backward GEMMs and the copy's backward too)."""
+    if i >= n_stages - 1:
+        return 0.0
+    base, m = req.base, req.model
+    kern = _kernels(plan)
+    training = base.mode == "training"
+    dt = base.recipe.compute_dtype if (training and base.recipe) else plan.inputs.dtype
+    rdt = "float32" if (training and base.recipe and base.recipe.autocast) else dt
+    b = base.batch_per_gpu * max(1, req.images)
+    W = m.stage_width(i)
+    rows = b * s.tokens // 4
+    gemm = kern.gemm_ms(rows, 2 * W, 4 * W, dt)
+    if training:
+        gemm += kern.gemm_ms(rows, 2 * W, 4 * W, dt, "grad_input") + kern.gemm_ms(rows, 2 * W, 4 * W, dt, "grad_weight")
+    cp, _ = kern.mem_ms("copy", b * s.tokens * W, rdt)
+    return gemm + cp * (3 if training else 1)  # copy, its backward, the LayerNorm (about a copy's bytes)

@@ -38,13 +38,15 @@ def vlm_plan(req: VisionRequest, tokens: dict) -> VisionPlan:
     if k:
         towers = _tower_plans(req, m, per_crop, b * k * crops * base.dp, frozen=not tower_trained)
         for i, (label, plan) in enumerate(towers):
+            extra = tower_block_extras_ms(m, plan, b * k * crops) * plan.inputs.model.layers
             parts.append(Part(name=label, params=m.tower.params if i == 0 else 0, trainable=tower_trained,
-                              plan=plan, tokens=nv))
+                              plan=plan, tokens=nv, extra_ms=extra))
     tower_plan = towers[0][1] if towers else None
     parts.append(Part(name="projector", params=m.projector_params, trainable=training, plan=None,
                       tokens=m.image_lm_tokens(nv, crops)))
-    lm_plan = _sub(req, m.lm, lm_len, base.batch, frozen=False)
-    parts.append(Part(name="language model", params=m.lm.params, trainable=lm_trained, plan=lm_plan, tokens=lm_len))
+    lm_plan = _sub(req, image_masked_lm(m, lm_len, k), lm_len, base.batch, frozen=False)
+    parts.append(Part(name="language model", params=m.lm.params, trainable=lm_trained, plan=lm_plan, tokens=lm_len,
+                      saved_ms=frozen_weights_saving_ms(lm_plan) if training and not lm_trained else 0.0))
     states = {p.name: _state(req, p.params, p.trainable) for p in parts}
     persistent = [(f"{p.name} weights", states[p.name][0]) for p in parts if p.params]
     optimizer = sum(s[2] for s in states.values())
@@ -86,6 +88,24 @@ def vlm_plan(req: VisionRequest, tokens: dict) -> VisionPlan:
                                                      max(_tower_inference_act(m, t, rows, es) for _, t in towers)
                                                      + pixels + hidden_states)]))
     return _finish(req, tokens, parts, phases, persistent, 0, 0, _projector_ms(req, m, nv, crops, True))
+
+
+def image_masked_lm(m: VisionLanguageSpec, lm_len: int, images: int) -> ModelSpec:
+    """The language model as it runs with image tokens in its sequence. Gemma-3 and PaliGemma hand the LM the
+    processor's token_type_ids, and their image tokens (PaliGemma: the whole prefix) attend bidirectionally within
+    their block (transformers 5.17 gemma3/modeling_gemma3.py create_masks_for_vision_model: OR(causal, blockwise)
+    for the global layers, AND(sliding window, OR(causal, blockwise)) for the sliding ones; paligemma/
+    modeling_paligemma.py: block_sequence_ids on the prefix). masking_utils.create_causal_mask then sets
+    allow_is_causal_skip = False, so SDPA gets a dense (batch, 1, n, n) bool mask in every layer instead of
+    is_causal: the global layers run the same bool-masked n x n call (flash cannot take it; k and v repeated to
+    every query head) that a sliding layer runs once its keys reach the window. Priced so: each layer's window
+    capped at the LM sequence (a global layer's "window" the whole sequence), which makes every layer the dense
+    bool-masked call. The other families (LLaVA, Qwen) keep is_causal."""
+    if m.family not in ("gemma3", "paligemma") or images < 1:
+        return m.lm
+    n = max(1, lm_len)
+    windows = tuple(n if w is None else min(w, n) for w in m.lm.window_per_layer)
+    return replace(m.lm, window_per_layer=windows)
 
 
 def _tower_plans(req: VisionRequest, m: VisionLanguageSpec, tokens: int, batch: int, *, frozen: bool):
@@ -162,3 +182,91 @@ def _projector_ms(req: VisionRequest, m: VisionLanguageSpec, nv: int, crops: int
     flops = sum(2 * rows * _rows(m, nv, crops, i) * cin * cout for i, (cin, cout) in enumerate(m.projector_shapes))
     peak = gpu.peak_flops_per_s[req.base.dtype]
     return (3 if training else 1) * flops / (peak * GEMM_EFFICIENCY) * 1e3
+
+
+def frozen_weights_saving_ms(plan: Plan) -> float:
+    """Step time a training plan prices that a part with frozen weights (requires_grad False, the gradient still
+    flowing through it: `--trainable projector`'s language model) never runs: autograd computes no weight gradient
+    for a leaf that does not require one (torch/csrc/autograd/FunctionsManual.cpp: each output mask is
+    `needs_input_grad`), so every Linear's grad_weight GEMM, its fp32 gradient cast under autocast, and the optimizer
+    pass over those weights are left out. The backward keeps its grad_input GEMMs, memory-bound ops and attention.
+    Priced with the plan's own kernel prices (estimator/model/layer_passes.py, estimator/model/kernel_prices.py):
+    the backward's GPU sum less these kernels, or its host time less their launches, whichever is longer."""
+    from estimator.model.calibration import load_constants
+    from estimator.model.kernel_prices import Kernels
+    from estimator.model.layer_passes import linear_shapes
+
+    inp = plan.inputs
+    split = plan.time_split
+    if inp.mode != "training" or "backward" not in split:
+        return 0.0
+    kern = Kernels(load_constants(inp.calibration), gpu_of(inp))
+    recipe = inp.recipe
+    dtype = recipe.compute_dtype if recipe else inp.dtype
+    T = inp.batch_per_gpu * inp.tokens_per_gpu
+    m = inp.model
+    attn, mlp, _ = linear_shapes(inp)
+    shapes = [(n, k, c) for n, k, c in attn + mlp if n > 1]
+    gemm = m.layers * sum(c * kern.gemm_ms(T, n, k, dtype, "grad_weight") for n, k, c in shapes)
+    gemm += kern.gemm_ms(T, m.vocab, m.hidden, dtype, "grad_weight")  # the LM head
+    launches = m.layers * sum(c for _, _, c in shapes) + 1
+    cast = 0.0
+    if recipe is not None and recipe.autocast:
+        weights = m.layers * sum(n * k * c for n, k, c in shapes)
+        cast = kern.mem_ms("cast_bf16_fp32", weights)[0]
+    bwd = split["backward"]
+    gpu = sum(v for k, v in bwd.items() if k not in ("launch_overhead", "python_overhead"))
+    sync = kern.k.sync_ms
+    cpu = gpu + max(0.0, bwd.get("launch_overhead", 0.0) - sync)
+    before = max(gpu, cpu)
+    after = max(gpu - gemm - cast, cpu - launches * kern.k.matmul_floor_ms)
+    optimizer = sum(split.get("optimizer", {}).values())
+    return max(0.0, before - after) + optimizer
+
+
+# Qwen2-VL's VisionAttention rotates q and k in fp32 (transformers 5.17 qwen2_vl/modeling_qwen2_vl.py
+# apply_rotary_pos_emb_vision: q.float(), k.float(), cos/sin unsqueezed and cast, rotate_half's two slices, neg and
+# cat, two products and a sum, the casts back): about 9 kernels for each of q and k beyond the encoder layer's
+QWEN_ROTARY_KERNELS = 18
+
+
+def tower_block_extras_ms(m: VisionLanguageSpec, plan: Plan, images: int) -> float:
+    """What one tower block runs beyond the encoder layer its plan prices, at the measured memory-bound kernel
+    rates and, on the host, DECODE_KERNEL_HOST_MS per kernel (estimator/model/step_time.py):
+    - QuickGELU (CLIP, Qwen2-VL: x * sigmoid(1.702 x)): two more elementwise passes over fc1's output;
+    - Qwen's fp32 rotation of q and k (QWEN_ROTARY_KERNELS kernels; fp32 passes over q and k: two casts up, the
+      half-slices and their cat, two products and a sum, two casts down);
+    - Qwen without flash-attention's varlen kernel: VisionAttention splits q, k, v at cu_seqlens
+      (lengths.tolist(): a device sync every block) and calls SDPA once per image, then concatenates the outputs
+      (one copy) - per image a launch and its Python.
+    Training (the tower trained): each elementwise pass's backward is BACKWARD_MEMORY_FACTOR passes.
+    Returns ms per block: the GPU time or the host's dispatch, whichever is longer."""
+    from estimator.model.calibration import load_constants
+    from estimator.model.kernel_prices import Kernels
+    from estimator.model.layer_passes import BACKWARD_MEMORY_FACTOR
+    from estimator.model.step_time import DECODE_KERNEL_HOST_MS
+
+    inp = plan.inputs
+    kern = Kernels(load_constants(inp.calibration), gpu_of(inp))
+    training = inp.mode == "training"
+    dt = inp.recipe.compute_dtype if (training and inp.recipe) else inp.dtype
+    rows = inp.batch_per_gpu * inp.tokens_per_gpu
+    t = m.tower
+    gpu, kernels = 0.0, 0
+    if t.quick_gelu:
+        g, kn = kern.mem_ms("mul", rows * t.ffn, dt)
+        gpu += 2 * g
+        kernels += 2 * kn
+    if t.fp32_rotary:
+        e = rows * t.hidden  # q (and k) elements
+        for op, dtype, n in (("cast_bf16_fp32", "bfloat16", 4), ("copy", "float32", 4), ("mul", "float32", 6)):
+            g, _ = kern.mem_ms(op, e, dtype)
+            gpu += n * g / 2  # n passes over q and k together: n / 2 each
+        kernels += QWEN_ROTARY_KERNELS
+    if t.kind in ("qwen2_vl", "qwen2_5_vl") and inp.backend != "flash-attn":
+        g, kn = kern.mem_ms("copy", rows * t.hidden, dt)
+        gpu += g
+        kernels += kn + 3 * max(1, images)  # the split views and one SDPA launch per image
+    if training:
+        gpu *= 1 + BACKWARD_MEMORY_FACTOR
+    return max(gpu, kernels * DECODE_KERNEL_HOST_MS) if not training else gpu + kernels * 0.0

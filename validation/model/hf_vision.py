@@ -1,18 +1,22 @@
-"""Vision families for `validation.hf_models`: ViT and Swin image classifiers and the Qwen2-VL and LLaVA-1.5
-vision-language models, built from configs in code (random weights, nothing downloaded), and the inputs one case
-feeds them. Self-contained like hf_models: torch, transformers, stdlib (no estimator/ imports).
+"""Vision families for `validation.hf_models`: ViT and Swin image classifiers and the Qwen2-VL, LLaVA-1.5, Gemma-3
+and PaliGemma vision-language models, built from configs in code (random weights, nothing downloaded), and the inputs
+one case feeds them. Self-contained like hf_models: torch, transformers, stdlib (no estimator/ imports).
 
 Case columns used here (besides hf_models' own):
   image_size  pixels, square ("1024") or "HxW"; ViT: the config's image_size is set to it (learned positions for
               that grid, as a model fine-tuned at that resolution has); Swin: the pixel_values size; Qwen2-VL: the
-              image before the processor's smart_resize (transformers' own function computes the grid); LLaVA-1.5:
-              ignored (its processor resizes every image to 336).
+              image before the processor's smart_resize (transformers' own function computes the grid); LLaVA-1.5,
+              Gemma-3, PaliGemma: ignored (their processors resize every image to the tower's resolution).
   images      images per sequence (VLMs; encoders: 1 image per batch entry)
   trainable   training only: all | lm (vision tower frozen: projector + language model) | projector
   seq_len     VLMs: text tokens per sequence (the image tokens come on top); encoders: ignored (recorded from the
               grid as vision_tokens).
   layers      VLMs: language-model layers (the tower stays as published); ViT: encoder layers; Swin: ignored.
 Recorded: vision_tokens (per image, into the tower's first block), lm_tokens (the language model's sequence).
+Gemma-3 and PaliGemma get the token_type_ids their processors return (1 on image tokens for Gemma-3; PaliGemma: 0 on
+the prefix, here the image tokens, 1 on the text), so the language model builds the mask that runs in use: image
+tokens attend bidirectionally within their block (transformers 5.17 gemma3/modeling_gemma3.py
+create_masks_for_vision_model, paligemma/modeling_paligemma.py block_sequence_ids).
 """
 
 from __future__ import annotations
@@ -70,6 +74,29 @@ VISION_FAMILIES: dict[str, dict] = {
                           "num_hidden_layers": 24, "num_attention_heads": 16, "image_size": 336, "patch_size": 14,
                           "projection_dim": 768, "hidden_act": "quick_gelu", "layer_norm_eps": 1e-05},
     },
+    # https://huggingface.co/google/gemma-3-4b-it/blob/main/config.json (text fields the file leaves out are
+    # Gemma3TextConfig's defaults in transformers 5.17, written out here)
+    "gemma-3-4b": {
+        "model_type": "gemma3", "boi_token_index": 255999, "eoi_token_index": 256000, "image_token_index": 262144,
+        "mm_tokens_per_image": 256,
+        "text_config": {"model_type": "gemma3_text", "hidden_size": 2560, "intermediate_size": 10240,
+                        "num_hidden_layers": 34, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                        "query_pre_attn_scalar": 256, "sliding_window": 1024, "vocab_size": 262208,
+                        "rope_scaling": {"factor": 8.0, "rope_type": "linear"}},
+        "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152, "image_size": 896,
+                          "intermediate_size": 4304, "num_attention_heads": 16, "num_hidden_layers": 27,
+                          "patch_size": 14, "vision_use_head": False},
+    },
+    # https://huggingface.co/google/paligemma-3b-pt-224/blob/main/config.json
+    "paligemma-3b-224": {
+        "model_type": "paligemma", "image_token_index": 257152, "projection_dim": 2048, "hidden_size": 2048,
+        "text_config": {"model_type": "gemma", "hidden_size": 2048, "intermediate_size": 16384,
+                        "num_hidden_layers": 18, "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256,
+                        "vocab_size": 257216},
+        "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152, "intermediate_size": 4304,
+                          "num_hidden_layers": 27, "num_attention_heads": 16, "image_size": 224, "patch_size": 14,
+                          "projection_dim": 2048},
+    },
 }
 _TINY = {
     "vit": {"hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128, "num_labels": 10},
@@ -82,6 +109,17 @@ _TINY = {
                               "num_key_value_heads": 4},
               "vision_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3,
                                 "num_attention_heads": 2}},
+    "gemma3": {"mm_tokens_per_image": 4,
+               "text_config": {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+                               "num_key_value_heads": 2, "head_dim": 16, "query_pre_attn_scalar": 16,
+                               "sliding_window": 16, "num_hidden_layers": 6},
+               "vision_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+                                 "num_attention_heads": 2, "image_size": 56}},
+    "paligemma": {"projection_dim": 64, "hidden_size": 64,
+                  "text_config": {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+                                  "num_key_value_heads": 1, "head_dim": 16},
+                  "vision_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+                                    "num_attention_heads": 2, "image_size": 56, "projection_dim": 64}},
 }
 
 
@@ -143,13 +181,16 @@ def build(cfg: dict, attn_implementation: str, dtype):
     """The model class a user fine-tunes or serves: *ForImageClassification / *ForConditionalGeneration."""
     from transformers import (
         AutoModelForImageClassification,
+        Gemma3ForConditionalGeneration,
         LlavaForConditionalGeneration,
+        PaliGemmaForConditionalGeneration,
         Qwen2VLForConditionalGeneration,
     )
 
     hf = to_hf_config(cfg)
     cls = {"vit": AutoModelForImageClassification, "swin": AutoModelForImageClassification,
-           "qwen2_vl": Qwen2VLForConditionalGeneration, "llava": LlavaForConditionalGeneration}[cfg["model_type"]]
+           "qwen2_vl": Qwen2VLForConditionalGeneration, "llava": LlavaForConditionalGeneration,
+           "gemma3": Gemma3ForConditionalGeneration, "paligemma": PaliGemmaForConditionalGeneration}[cfg["model_type"]]
     if cls is AutoModelForImageClassification:
         return cls.from_config(hf, attn_implementation=attn_implementation, dtype=dtype)
     return cls._from_config(hf, attn_implementation=attn_implementation, dtype=dtype)
@@ -210,6 +251,10 @@ def tokens(cfg: dict, case: dict) -> tuple[int, int]:
         return gh * gw, case["seq_len"] + images * (gh * gw // (m * m) + 2)  # + vision_start / vision_end
     v = cfg["vision_config"]
     n = (v["image_size"] // v["patch_size"]) ** 2
+    if mt == "gemma3":
+        return n, case["seq_len"] + images * (cfg["mm_tokens_per_image"] + 2)  # + boi / eoi
+    if mt == "paligemma":
+        return n, case["seq_len"] + images * n
     return n + 1, case["seq_len"] + images * n  # LLaVA "default": the CLS feature dropped
 
 
@@ -248,6 +293,23 @@ def make_inputs(model, cfg: dict, case: dict, dev, train: bool) -> dict:
         kw = {"input_ids": input_ids, "mm_token_type_ids": mm,
               "pixel_values": torch.randn(b * images * gh * gw, 3 * t * p * p, device=device, dtype=dtype),
               "image_grid_thw": torch.tensor([[1, gh, gw]] * (b * images), device=device)}
+    elif mt in ("gemma3", "paligemma"):
+        v = cfg["vision_config"]
+        if mt == "gemma3":  # boi, the pooled image tokens, eoi per image; token_type_ids 1 on the image tokens
+            per = cfg["mm_tokens_per_image"]
+            one = [cfg["boi_token_index"]] + [cfg["image_token_index"]] * per + [cfg["eoi_token_index"]]
+            types = [0] + [1] * per + [0]
+        else:  # the image tokens lead (PaliGemma's prefix); the text is the suffix
+            one = [cfg["image_token_index"]] * (v["image_size"] // v["patch_size"]) ** 2
+            types = [0] * len(one)
+        ids = torch.tensor(one * images, device=device).expand(b, -1)
+        body = torch.randint(0, 255000, (b, text), device=device)
+        tt = torch.tensor(types * images, device=device).expand(b, -1)
+        body_type = 0 if mt == "gemma3" else 1
+        kw = {"input_ids": torch.cat([ids, body], dim=1),
+              "token_type_ids": torch.cat([tt, torch.full((b, text), body_type, device=device)], dim=1),
+              "pixel_values": torch.randn(b * images, 3, v["image_size"], v["image_size"], device=device,
+                                          dtype=dtype)}
     else:  # llava
         v = cfg["vision_config"]
         n = (v["image_size"] // v["patch_size"]) ** 2

@@ -1,0 +1,101 @@
+"""Image-model time and masks: the mechanisms the vision planner adds to the whole-model time model (frozen weights,
+Swin's window ops and its bias gradient's kernel, the towers' extra kernels, encoder host cost) and Gemma-3 /
+PaliGemma's dense image mask, checked against the plan's own pieces and the committed H200 breakdown."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from estimator.model.inputs import PlanInputs
+from estimator.model.vision import vlm_from_hf
+from estimator.model.vision_plan import VisionRequest, vision_plan
+from estimator.model.vision_presets import VISION_PRESETS
+from estimator.model.vision_vlm import frozen_weights_saving_ms, image_masked_lm
+from validation.model.hf_vision import vision_config
+
+VDATA = Path(__file__).resolve().parents[1] / "validation" / "data"
+
+
+def _vlm(family, mode="inference", **kw):
+    spec = vlm_from_hf(vision_config(family, kw.pop("layers", 4)), family)
+    base = PlanInputs(model=spec.lm, seq_len=1, mode=mode, gpu="h200", backend=kw.pop("backend", "auto"))
+    return spec, VisionRequest(model=spec, base=base, **kw)
+
+
+@pytest.mark.parametrize("family", ["gemma-3-4b", "paligemma-3b-224"])
+def test_image_tokens_give_every_lm_layer_the_dense_bool_mask(family):
+    spec, req = _vlm(family, text_tokens=1500, layers=6)  # Gemma-3: five sliding layers, then a global one
+    plan = vision_plan(req, solve=False)
+    lm = next(p.plan for p in plan.parts if p.name == "language model")
+    from estimator.model.layer_attention import attention_layers
+
+    calls = [a.timing.call for a in attention_layers(lm.inputs)]
+    assert calls and all(c.mask == "bool" and not c.causal for c in calls)
+    assert all(c.kv_heads == c.q_heads for c in calls)  # k and v repeated: SDPA takes no GQA with a mask
+    text = vision_plan(replace(req, images=0), solve=False)  # no image: no token_type_ids, global layers causal
+    text_lm = next(p.plan for p in text.parts if p.name == "language model")
+    assert any(a.timing.call.causal for a in attention_layers(text_lm.inputs))
+    n = plan.tokens["language_model"]
+    assert set(image_masked_lm(spec, n, 1).window_per_layer) <= {n, *[w for w in spec.lm.window_per_layer if w]}
+
+
+def test_other_families_keep_is_causal():
+    spec, _ = _vlm("qwen2-vl-2b")
+    assert image_masked_lm(spec, 3000, 2) is spec.lm
+
+
+def test_a_frozen_lm_skips_its_weight_gradients_and_optimizer():
+    spec, req = _vlm("llava-1.5-7b", mode="training", text_tokens=1024, layers=8)
+    proj = vision_plan(replace(req, trainable="projector"), solve=False)
+    lm_part = next(p for p in proj.parts if p.name == "language model")
+    optimizer = sum(lm_part.plan.time_split["optimizer"].values())
+    assert lm_part.saved_ms == pytest.approx(frozen_weights_saving_ms(lm_part.plan))
+    assert optimizer < lm_part.saved_ms < lm_part.plan.step_time_ms
+    lm_trained = vision_plan(replace(req, trainable="tower-frozen"), solve=False)
+    assert proj.step_time_ms < lm_trained.step_time_ms - optimizer
+    inference = next(p for p in vision_plan(replace(req, base=replace(req.base, mode="inference")),
+                                            solve=False).parts if p.name == "language model")
+    assert frozen_weights_saving_ms(inference.plan) == 0.0
+
+
+def _swin(mode, size, batch=1):
+    spec = VISION_PRESETS["swin-l"]
+    base = PlanInputs(model=spec.stage_spec(0), seq_len=1, mode=mode, gpu="h200", batch=batch)
+    return vision_plan(VisionRequest(model=spec, base=base, image_size=(size, size)), solve=False)
+
+
+def test_swin_training_runs_the_memory_efficient_kernel_and_its_window_ops():
+    train = _swin("training", 1792)
+    assert all(p.plan.selected_backend == "efficient" for p in train.parts)  # the bias requires grad
+    assert all(p.extra_ms > 0 for p in train.parts)
+    big = _swin("training", 2048, batch=2)
+    assert sum(p.extra_ms for p in big.parts) > 2 * sum(p.extra_ms for p in train.parts[:1])
+    inference = _swin("inference", 1792)
+    assert inference.prefill_time_ms == pytest.approx(
+        sum(p.plan.prefill_time_ms + p.extra_ms for p in inference.parts), rel=1e-3)
+
+
+def _breakdown():
+    rows = [json.loads(line) for line in (VDATA / "h200_hf_vision_breakdown.jsonl").read_text().splitlines()]
+    return [r for r in rows if "family" in r]
+
+
+def test_host_bound_vit_prefill_is_near_the_measured_one():
+    from estimator.model.hf_config import from_hf_config
+    from estimator.model.plan import make_plan
+
+    measured = {int(r["layers"]): r["wall_ms"] for r in _breakdown()
+                if r["family"] == "vit-l-16" and r["mode"] == "prefill" and r["image_size"] == "224"}
+    assert set(measured) == {4, 24}
+    for layers, ms in measured.items():
+        model = from_hf_config(vision_config("vit-l-16", layers, image_size="224"), name="vit")
+        plan = make_plan(PlanInputs(model=model, seq_len=model.native_tokens, gpu="h200"), solve=False)
+        assert 0.75 < plan.prefill_time_ms / ms < 1.25, (layers, plan.prefill_time_ms, ms)
+
+
+def test_profiled_swin_step_is_within_the_band():
+    row = next(r for r in _breakdown() if r["family"] == "swin-l" and r.get("gpu_ms"))
+    plan = _swin("training", int(row["image_size"]), batch=int(row["batch"]))
+    assert 0.7 < plan.step_time_ms / row["wall_ms"] < 1.15

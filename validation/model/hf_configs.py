@@ -17,6 +17,7 @@ import json
 import os
 
 from estimator.files import write_atomic
+from validation.model.hf_hybrid import _TINY_HYBRID, HYBRID_FAMILIES
 
 FAMILIES: dict[str, dict] = {
     # https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json
@@ -158,6 +159,10 @@ _TINY: dict[str, dict] = {
     "gpt-oss-20b": {"num_key_value_heads": 2, "head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2,
                     "experts_per_token": 2, "sliding_window": 8},
 }
+
+
+FAMILIES.update(HYBRID_FAMILIES)  # state-space and hybrid families (validation/model/hf_hybrid.py)
+_TINY.update(_TINY_HYBRID)
 
 
 def family_config(name: str, layers: int | None = None, overrides: dict | str | None = None,

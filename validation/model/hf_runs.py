@@ -295,10 +295,12 @@ def _decode_ms(model, out, info, case, dev) -> float:
     """Median ms of `decode_tokens` single-token steps on the prefill output's KV cache (the cache grows a step)."""
     tok = torch.randint(0, info["vocab"], (case["batch"], 1), device=dev.device)
     step_ms = []
+    from validation.model.hf_hybrid import cache_kwargs, cache_of
+
     for _ in range(case["decode_tokens"]):
-        cache = out.past_key_values
+        cache = cache_of(out)  # past_key_values, or Mamba2's cache_params
         del out
-        out, t = dev.timed(lambda c=cache: model(input_ids=tok, past_key_values=c, use_cache=True))
+        out, t = dev.timed(lambda c=cache: model(input_ids=tok, use_cache=True, **cache_kwargs(model, c)))
         del cache
         step_ms.append(t)
     return round(statistics.median(step_ms), 4)

@@ -17,7 +17,7 @@ import json
 import os
 
 from estimator.files import write_atomic
-from validation.model.hf_hybrid import _TINY_HYBRID, HYBRID_FAMILIES
+from validation.model.hf_hybrid import _TINY_HYBRID, HYBRID_FAMILIES, hybrid_layer_kinds, is_hybrid
 
 FAMILIES: dict[str, dict] = {
     # https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json
@@ -208,6 +208,8 @@ def layer_kinds(cfg: dict) -> list[str]:
     if isinstance(cfg.get("layer_types"), list):
         return list(cfg["layer_types"])
     mt = cfg["model_type"]
+    if is_hybrid(cfg):
+        return hybrid_layer_kinds(cfg)
     if mt == "gemma2":
         return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)]
     if mt == "gemma3_text":

@@ -61,6 +61,16 @@ def is_hybrid(cfg: dict) -> bool:
     return cfg.get("model_type") in HYBRID_MODEL_TYPES
 
 
+def hybrid_layer_kinds(cfg: dict) -> list[str]:
+    """`layer_types` as transformers 5.17 derives them: Mamba2 'linear_attention' everywhere, Falcon-H1 'hybrid'
+    (mamba and attention in every layer), Bamba 'full_attention' at attn_layer_indices, else 'linear_attention'."""
+    n = cfg["num_hidden_layers"]
+    if cfg["model_type"] == "falcon_h1":
+        return ["hybrid"] * n
+    attn = set(cfg.get("attn_layer_indices") or ()) if cfg["model_type"] == "bamba" else set()
+    return ["full_attention" if i in attn else "linear_attention" for i in range(n)]
+
+
 def cache_of(out):
     """The cache a forward returned: Mamba2 names it cache_params, the hybrids past_key_values."""
     cache = getattr(out, "past_key_values", None)

@@ -306,6 +306,20 @@ def _decode_ms(model, out, info, case, dev) -> float:
     return round(statistics.median(step_ms), 4)
 
 
+def _cache_tensor_bytes(out) -> int:
+    """numel · element_size of every tensor the returned cache holds (k, v; conv and recurrent states)."""
+    from validation.model.hf_hybrid import cache_of
+
+    cache, total = cache_of(out), 0
+    for layer in getattr(cache, "layers", ()) or ():
+        for name in ("keys", "values", "conv_states", "recurrent_states"):
+            value = getattr(layer, name, None)
+            for t in (value.values() if isinstance(value, dict) else (value,)):
+                if isinstance(t, torch.Tensor):
+                    total += t.numel() * t.element_size()
+    return total
+
+
 def run_prefill(model, info, case, dev, row, box):
     model.eval()
     if model.is_gradient_checkpointing:
@@ -322,6 +336,7 @@ def run_prefill(model, info, case, dev, row, box):
         row["time_first_call_ms"] = round(ms, 3)
         row["logits_bytes"] = out.logits.numel() * out.logits.element_size()
         row["kv_cache_bytes"] = sub_or_none(dev.allocated(), base, weights, row["logits_bytes"], row["input_bytes"])
+        row["cache_tensor_bytes"] = _cache_tensor_bytes(out)
         if case["decode_tokens"] > 0:
             box.phase = "decode"
             dev.reset_peak()

@@ -12,21 +12,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from estimator.call.allocator import CachingAllocator, OutOfMemory
 from estimator.call.attention import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, estimate_call
 from estimator.call.config import MAX_SEQ_LEN, AttentionCall, check_positive_int, element_bytes, normalize_dtype
 from estimator.hardware import get_gpu
-from estimator.model.blocks import Replay
 from estimator.model.budget import Verdict, fit_verdict
 from estimator.model.hybrid import HybridSpec
-from estimator.model.ssm_mamba2 import F32, decode_replay, prefill_replay
+from estimator.model.ssm_mamba2 import F32, Trace, decode_replay, prefill_replay
+from estimator.units import MIB, round_up
 
 MODES = ("prefill", "decode")
 KERNELS = ("torch-fallback", "fast")
-# The caching allocator's reserve: on the H200 the fallback's peak reserved bytes ran up to 1.85% above its peak
-# allocated (mamba2-codestral, 2 layers, 4,096 and 8,192 tokens: validation/data/h200_hf_hybrid.csv,
-# peak_reserved_bytes - peak_bytes over the peak above the baseline): freed products of one size cannot hold the next
-# larger one. A plan fits when total + this share of its activations <= capacity.
-ALLOCATOR_RESERVE_SHARE = 0.02
 PATH_TEXT = ("torch fallback: transformers 5.17 reference PyTorch path (mamba2_chunk_scan, causal_conv1d_fn), as it "
              "runs without mamba-ssm and causal-conv1d")
 
@@ -78,7 +74,7 @@ def hybrid_plan(spec: HybridSpec, *, seq_len: int, batch: int = 1, mode: str = "
     es = element_bytes(dtype)
     g = get_gpu(gpu)
     weights = spec.params * es + spec.buffer_elements * es + (spec.head_dim // 2 * F32 if spec.attention_layers else 0)
-    p = Replay()
+    p = Trace()
     if mode == "prefill":
         _prefill(p, spec, batch, seq_len, es, g)
     else:
@@ -89,15 +85,44 @@ def hybrid_plan(spec: HybridSpec, *, seq_len: int, batch: int = 1, mode: str = "
     activations = max(0, p.peak - cache)
     workspace, context = CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
     total = weights + cache + activations + workspace + context
-    reserve = -(-activations * int(ALLOCATOR_RESERVE_SHARE * 1000) // 1000)
+    ran, reserved, failed = _allocator_replay(p, weights, workspace, g.memory_bytes - context)
+    if ran:  # what the replayed segments hold beyond the live tensors at the reserved peak (fragmentation)
+        reserve = max(0, reserved - (weights + workspace + p.peak))
+    else:  # a request no cached block or new segment could hold: the plan does not fit
+        reserve = max(round_up(failed, 2 * MIB), g.memory_bytes - total + 1)
     verdict = fit_verdict(total_bytes=total, capacity_bytes=g.memory_bytes, allocator_reserve_bytes=reserve)
     return HybridPlan(spec=spec, mode=mode, batch=batch, seq_len=seq_len, dtype=dtype, path=PATH_TEXT,
                       weights_bytes=weights, state_bytes=state, kv_cache_bytes=kv, activation_bytes=activations,
                       workspace_bytes=workspace, context_bytes=context, total_bytes=total, verdict=verdict,
-                      detail={"peak_above_weights_bytes": p.peak})
+                      detail={"peak_above_weights_bytes": p.peak, "allocator_replay_ran": ran,
+                              "replayed_peak_reserved_bytes": reserved, "failed_request_bytes": failed})
 
 
-def _norm(p: Replay, T: int, H: int, in_bytes: int, es: int, out: str) -> None:
+def _allocator_replay(p: Trace, weights: int, workspace: int, capacity: int) -> tuple[bool, int, int]:
+    """The step's tensors, in order, through PyTorch's caching allocator (estimator/call/allocator.py, the rules of
+    c10/cuda/CUDACachingAllocator.cpp): the cuBLAS workspace and the weights first (kept), then every replayed
+    allocation and free. (ran, peak reserved bytes, the request that found no room or 0). On the H200 the fallback
+    ran out with memory to spare this way: at 40,000 tokens of 32 heads × 64 with state 64 the freed C·B product's
+    segment had taken a smaller tensor, and the M·x product of the same size needed a second one
+    (validation/data/h200_hf_hybrid_heldout.csv)."""
+    alloc = CachingAllocator(capacity)
+    live: dict = {}
+    peak = 0
+    try:
+        alloc.malloc(workspace)
+        alloc.malloc(weights)
+        for op, tag, size in p.events:
+            if op == "alloc":
+                live[tag] = alloc.malloc(size)
+            else:
+                alloc.free(live.pop(tag, None))
+            peak = max(peak, alloc.reserved_bytes)
+    except OutOfMemory as e:
+        return False, max(peak, alloc.reserved_bytes), int(e.args[0])
+    return True, peak, 0
+
+
+def _norm(p: Trace, T: int, H: int, in_bytes: int, es: int, out: str) -> None:
     """RMSNorm of a (T, H) input: fp32 copy (unless fp32), pow, normalised, cast back, weight · x -> `out`."""
     if in_bytes != F32:
         p.add("n32", T * H * F32)
@@ -111,7 +136,7 @@ def _norm(p: Replay, T: int, H: int, in_bytes: int, es: int, out: str) -> None:
     p.free("n3")
 
 
-def _attention(p: Replay, spec: HybridSpec, b: int, L: int, es: int, gpu, i: int) -> None:
+def _attention(p: Trace, spec: HybridSpec, b: int, L: int, es: int, gpu, i: int) -> None:
     """q, k, v projections, RoPE (q·cos + rotate_half(q)·sin), the cache keeps k and v (DynamicLayer's first
     update stores the tensors), SDPA (the estimator's peak for the backend SDPA picks), the contiguous output and
     o_proj -> `attn_out`."""
@@ -121,7 +146,7 @@ def _attention(p: Replay, spec: HybridSpec, b: int, L: int, es: int, gpu, i: int
     if spec.multipliers:  # k_proj(...) * key_multiplier
         p.add("k2", T * hk * d * es)
         p.free("k")
-        p.live["k"] = p.live.pop("k2")
+        p.rename("k2", "k")
     p.add("v", T * hk * d * es)
     for name, heads in (("q", hq), ("k", hk)):
         full = T * heads * d * es
@@ -134,7 +159,8 @@ def _attention(p: Replay, spec: HybridSpec, b: int, L: int, es: int, gpu, i: int
         p.add(name + "emb", full)
         p.free(name + "cos", name + "sin")
     p.free("q", "k")
-    p.live[f"kv{i}"] = p.live.pop("kemb") + p.live.pop("v")
+    p.rename("kemb", f"kv{i}")
+    p.rename("v", f"kv{i}")
     call = AttentionCall(batch=b, q_heads=hq, kv_heads=hk, head_dim=d, q_len=L, kv_len=L,
                          dtype="bfloat16" if es == 2 else "float32", causal=True, mode="forward", backend="auto")
     est = estimate_call(call, gpu)
@@ -149,7 +175,7 @@ def _attention(p: Replay, spec: HybridSpec, b: int, L: int, es: int, gpu, i: int
     p.free("attn_c")
 
 
-def _mlp(p: Replay, spec: HybridSpec, T: int, es: int) -> None:
+def _mlp(p: Trace, spec: HybridSpec, T: int, es: int) -> None:
     """down(act(gate(x)) · up(x)) (Falcon-H1: up(x) · act(gate(x) · gate_multiplier), · down_multiplier)."""
     F = T * spec.ffn * es
     if spec.multipliers:
@@ -171,23 +197,23 @@ def _mlp(p: Replay, spec: HybridSpec, T: int, es: int) -> None:
     if spec.multipliers:
         p.add("down2", T * spec.hidden * es)
         p.free("down")
-        p.live["down"] = p.live.pop("down2")
+        p.rename("down2", "down")
 
 
-def _keep_cache(p: Replay, i: int) -> None:
+def _keep_cache(p: Trace, i: int) -> None:
     for name in ("conv_state", "ssm_state"):
         if name in p.live:
-            p.live[f"{name}{i}"] = p.live.pop(name)
+            p.rename(name, f"{name}{i}")
 
 
-def _prefill(p: Replay, spec: HybridSpec, b: int, L: int, es: int, gpu) -> None:
+def _prefill(p: Trace, spec: HybridSpec, b: int, L: int, es: int, gpu) -> None:
     T, H = b * L, spec.hidden
     p.add("ids", T * 8)  # the int64 input ids (allocated by the caller, counted by the measurement)
     p.add("embeds", T * H * es)  # inputs_embeds stays referenced by the model's forward
     if spec.multipliers:  # embed_tokens(ids) * embedding_multiplier
         p.add("emb2", T * H * es)
         p.free("embeds")
-        p.live["embeds"] = p.live.pop("emb2")
+        p.rename("emb2", "embeds")
     if spec.attention_layers:  # rotary cos and sin (b, L, head_dim) in dtype, position ids (int64)
         p.add("rope", 2 * T * spec.head_dim * es + L * 8)
     x, xb = "embeds", es
@@ -209,7 +235,7 @@ def _prefill(p: Replay, spec: HybridSpec, b: int, L: int, es: int, gpu) -> None:
             if kind in ("mamba", "parallel"):
                 prefill_replay(p, spec.mixer, b, L, es)
                 _keep_cache(p, i)
-                p.live["mamba_out"] = p.live.pop("mixer_out")
+                p.rename("mixer_out", "mamba_out")
             if kind in ("attention", "parallel"):
                 if spec.multipliers:
                     p.add("attn_in", T * H * es)  # hidden_states * attention_in_multiplier
@@ -218,7 +244,7 @@ def _prefill(p: Replay, spec: HybridSpec, b: int, L: int, es: int, gpu) -> None:
                 if spec.multipliers:
                     p.add("attn_scaled", T * H * es)
                     p.free("attn_out")
-                    p.live["attn_out"] = p.live.pop("attn_scaled")
+                    p.rename("attn_scaled", "attn_out")
             if kind == "parallel":
                 p.add("mixed", T * H * es)
                 p.free("mamba_out", "attn_out")
@@ -231,7 +257,7 @@ def _prefill(p: Replay, spec: HybridSpec, b: int, L: int, es: int, gpu) -> None:
             rs = es
         if x != "embeds":
             p.free(x)
-        p.live["x"] = p.live.pop("x_new")
+        p.rename("x_new", "x")
         x, xb = "x", rs
     _norm(p, T, H, xb, es, "final")
     p.free("x", "embeds", "rope")
@@ -240,7 +266,7 @@ def _prefill(p: Replay, spec: HybridSpec, b: int, L: int, es: int, gpu) -> None:
     p.free("logits", "final")
 
 
-def _decode(p: Replay, spec: HybridSpec, b: int, L: int, es: int) -> None:
+def _decode(p: Trace, spec: HybridSpec, b: int, L: int, es: int) -> None:
     """One cached step after a prefill of L tokens: the cache (states, L tokens of k/v), the previous step's
     logits, and the worst layer's transient (a Mamba2 layer's state-sized tensors; an attention layer's
     torch.cat of k and v to L + 1 tokens beside the old ones)."""
@@ -252,7 +278,7 @@ def _decode(p: Replay, spec: HybridSpec, b: int, L: int, es: int) -> None:
     p.add("x", b * H * F32)
     worst = 0
     if spec.mamba_layers:
-        q = Replay()
+        q = Trace()
         decode_replay(q, spec.mixer, b, es)
         worst = q.peak
     if spec.attention_layers:

@@ -92,6 +92,36 @@ class MambaMixerShape:
         return b * self.heads * self.head_dim * self.state * F32
 
 
+class Trace(Replay):
+    """A Replay that also logs each tensor as one allocator block (`events`: ("alloc", tag, bytes) / ("free",
+    tag, 1), the format of estimator/call/allocator.py's replay); a name may hold several tensors, `rename` moves
+    them to another name (a Python name rebound to a new result)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks: dict[str, list[str]] = {}
+        self.events: list[tuple[str, str, int]] = []
+        self._count = 0
+
+    def add(self, name: str, nbytes: int) -> None:
+        super().add(name, nbytes)
+        self._count += 1
+        tag = f"{name}#{self._count}"
+        self.blocks.setdefault(name, []).append(tag)
+        self.events.append(("alloc", tag, nbytes))
+
+    def free(self, *names: str) -> None:
+        for name in names:
+            for tag in self.blocks.pop(name, ()):
+                self.events.append(("free", tag, 1))
+        super().free(*names)
+
+    def rename(self, old: str, new: str) -> None:
+        if old in self.live:
+            self.live[new] = self.live.get(new, 0) + self.live.pop(old)
+            self.blocks.setdefault(new, []).extend(self.blocks.pop(old, []))
+
+
 def chunk_scan_replay(p: Replay, s: MambaMixerShape, b: int, L: int, es: int, *, initial_state: bool = False) -> None:
     """mamba2_chunk_scan(hidden_states, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus=True) op by op. Leaves
     `scan_out` (the fp32 output; its storage is the padded (b, Lp, heads, head_dim)) and `final` (the storage of
@@ -179,7 +209,7 @@ def _segment_sum(p: Replay, rows: int, l: int, keep: str) -> None:
     p.free("ss3")
 
 
-def prefill_replay(p: Replay, s: MambaMixerShape, b: int, L: int, es: int, *, cache: bool = True,
+def prefill_replay(p: Trace, s: MambaMixerShape, b: int, L: int, es: int, *, cache: bool = True,
                    initial_state: bool = False) -> None:
     """One Mamba2Mixer.forward (no grad) above its input, which the caller holds. With `cache`, allocates the
     layer's conv state and ssm state (names `conv_state`, `ssm_state`, kept: the caller frees nothing of them).
@@ -191,7 +221,7 @@ def prefill_replay(p: Replay, s: MambaMixerShape, b: int, L: int, es: int, *, ca
     if s.in_multiplier:
         p.add("proj_mup", bl * s.projection * es)  # projected_states * mup_vector
         p.free("proj")
-        p.live["proj"] = p.live.pop("proj_mup")
+        p.rename("proj_mup", "proj")
         p.free("x_in")
     if cache:
         p.add("conv_state", s.conv_state_bytes(b, es))
@@ -205,7 +235,7 @@ def prefill_replay(p: Replay, s: MambaMixerShape, b: int, L: int, es: int, *, ca
     if b > 1 and pad:  # scan_output.reshape(b, L, -1) of the sliced padded output: not contiguous, a copy
         p.add("scan_flat", bl * s.intermediate * F32)
         p.free("scan_out")
-        p.live["scan_out"] = p.live.pop("scan_flat")
+        p.rename("scan_flat", "scan_out")
     i32 = bl * s.intermediate * F32
     if s.gate == "silu":  # scan_output * silu(gate): silu in dtype, the product in fp32
         p.add("silu", bl * s.intermediate * es)
@@ -229,17 +259,17 @@ def prefill_replay(p: Replay, s: MambaMixerShape, b: int, L: int, es: int, *, ca
     if s.out_multiplier:
         p.add("mixer_scaled", bl * s.hidden * es)
         p.free("mixer_out")
-        p.live["mixer_out"] = p.live.pop("mixer_scaled")
+        p.rename("mixer_scaled", "mixer_out")
 
 
 def prefill_peak_bytes(s: MambaMixerShape, b: int, L: int, es: int) -> int:
     """Peak bytes one mixer forward allocates above its input (cache states included)."""
-    p = Replay()
+    p = Trace()
     prefill_replay(p, s, b, L, es)
     return p.peak
 
 
-def decode_replay(p: Replay, s: MambaMixerShape, b: int, es: int) -> None:
+def decode_replay(p: Trace, s: MambaMixerShape, b: int, es: int) -> None:
     """One cached single-token step (causal_conv1d_update + mamba2_selective_state_update), above the input.
     The per-head state-sized tensors dominate: exp(dt·A), dt·B, dB·x, state·dA, + dBx (fp32), the bf16 copy of
     the new state for the output bmm. Leaves `mixer_out`."""
@@ -270,6 +300,6 @@ def decode_replay(p: Replay, s: MambaMixerShape, b: int, es: int) -> None:
 
 
 def decode_peak_bytes(s: MambaMixerShape, b: int, es: int) -> int:
-    p = Replay()
+    p = Trace()
     decode_replay(p, s, b, es)
     return p.peak

@@ -52,6 +52,8 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
             continue
         meas = int(row["peak_bytes"]) - base
         est = pre.measured_view_bytes
+        rec["reserved_measured_bytes"] = int(row["peak_reserved_bytes"])
+        rec["reserved_replayed_bytes"] = pre.detail["replayed_peak_reserved_bytes"]
         # the cache's own tensors (numel · element_size, recorded since the held-out run), else the allocator's
         # view (allocated after the prefill less weights, logits and ids: it includes any unsplit block tail)
         tensors = row.get("cache_tensor_bytes")

@@ -61,7 +61,7 @@ def test_state_is_fixed_per_sequence_and_kv_grows():
 
 @pytest.mark.parametrize("cfg,field", [({"model_type": "qwen3_next"}, "model_type"),
                                        ({"model_type": "jamba"}, "model_type"),
-                                       ({"model_type": "mamba2", "num_heads": 100}, "num_heads"),
+                                       ({"model_type": "mamba2", "num_heads": 120}, "num_heads"),
                                        ({"model_type": "llama"}, "model_type")])
 def test_reader_refuses_by_name(cfg, field):
     with pytest.raises(ValueError, match=f"^{field}:"):

@@ -52,8 +52,10 @@ class LinearWhatIf:
     caveat: str = QUALITY_CAVEAT
 
 
-def linear_whatif(plan: Plan, kind: str, rank: int) -> LinearWhatIf:
-    """The plan's prefill with every softmax layer's attention replaced by `kind` of `rank` (inference only)."""
+def linear_whatif(plan: Plan, kind: str, rank: int, *, softmax_every: int = 0) -> LinearWhatIf:
+    """The plan's prefill with the softmax layers' attention replaced by `kind` of `rank` (inference only).
+    `softmax_every` = N keeps softmax attention in every N-th layer (a hybrid: Qwen3-Next keeps one in 4, Jamba one
+    in 8): those keep their KV cache and their attention call, so the worst layer's attention phase stays."""
     if kind not in KINDS:
         raise ValueError(f"kind: unknown value {kind!r}; expected one of {', '.join(KINDS)}")
     if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= 1 << 16:
@@ -64,6 +66,13 @@ def linear_whatif(plan: Plan, kind: str, rank: int) -> LinearWhatIf:
                          "depends on the implementation's saved tensors and is not priced")
     if not plan.supported:
         raise ValueError("backend: the plan cannot run its attention, so there is nothing to replace")
+    if isinstance(softmax_every, bool) or not isinstance(softmax_every, int) or softmax_every < 0:
+        raise ValueError(f"softmax_every: expected a whole number >= 0, got {softmax_every!r}")
+    detail = plan.activation_detail
+    missing = [k for k in ("model_level_bytes", "attention_phase_bytes", "ffn_phase_bytes", "logits_phase_bytes")
+               if k not in detail]
+    if missing:
+        raise ValueError(f"plan: the what-if needs the plan's phase detail ({missing[0]} is missing)")
     m = inputs.model
     es = DTYPE_BITS[inputs.dtype] // 8
     b, n = inputs.batch_per_gpu, inputs.tokens_per_gpu
@@ -84,9 +93,12 @@ def linear_whatif(plan: Plan, kind: str, rank: int) -> LinearWhatIf:
                 + b * hq * n * dv * es)
         flops = 4 * b * hq * n * d * rank + 4 * b * hq * n * rank * dv
         kv_after = b * m.layers * hk * (rank * dv + rank) * es if m.kind == "decoder" else 0
-    detail = plan.activation_detail
+    kept = m.layers // softmax_every if softmax_every else 0
+    linear_share = (m.layers - kept) / m.layers
+    kv_after = kv_after * (m.layers - kept) // m.layers + plan.kv_cache_bytes * kept // m.layers
+    extra_weights = extra_weights * (m.layers - kept) // m.layers
     model_level = detail["model_level_bytes"]
-    attn_phase = detail["attention_phase_bytes"] - base_call + core
+    attn_phase = detail["attention_phase_bytes"] - (0 if kept else base_call - core)
     activations = max(attn_phase + model_level, detail["ffn_phase_bytes"] + model_level,
                       detail["logits_phase_bytes"])
     total = (plan.total_bytes - plan.activation_bytes - plan.kv_cache_bytes + activations + kv_after
@@ -94,8 +106,9 @@ def linear_whatif(plan: Plan, kind: str, rank: int) -> LinearWhatIf:
     gpu = get_gpu(inputs.gpu)
     peak = gpu.peak_flops_per_s[inputs.dtype]
     before = float(plan.time_split.get("prefill", {}).get("attention", 0.0))
-    after = m.layers * flops / peak * 1e3 / max(1, inputs.tp)
-    return LinearWhatIf(kind=kind, rank=rank, total_bytes=total, kv_cache_bytes=kv_after, activation_bytes=activations,
-                        extra_weight_bytes=extra_weights, fits=total + plan.allocator_reserve_bytes <= plan.capacity_bytes,
+    after = (m.layers - kept) * flops / peak * 1e3 + before * (1 - linear_share)  # per GPU: heads already split
+    fits = total + plan.allocator_reserve_bytes <= plan.capacity_bytes
+    return LinearWhatIf(kind=kind, rank=rank, total_bytes=total, kv_cache_bytes=kv_after,
+                        activation_bytes=activations, extra_weight_bytes=extra_weights, fits=fits,
                         time_ms=float(plan.prefill_time_ms) - before + after, attention_ms_before=before,
                         attention_ms_after=after)

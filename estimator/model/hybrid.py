@@ -190,3 +190,23 @@ def hybrid_from_hf_config(cfg: dict, *, name: str = "") -> HybridSpec:
     kinds = tuple("attention" if i in attn else "mamba" for i in range(layers))
     return HybridSpec(name=label, model_type=mt, layers=layers, hidden=hidden, vocab=_int(cfg, "vocab_size", 128000),
                       mixer=MambaMixerShape(**shape), layer_kinds=kinds, source=label, **common)
+
+
+# Presets: the defaults of transformers 5.17's configuration files (public and versioned; no hub access here), at
+# their full layer counts. A checkpoint's own config.json goes through `plan --config`.
+HYBRID_PRESET_CONFIGS: dict[str, tuple[dict, str]] = {
+    "mamba2-default": ({"model_type": "mamba2"}, "transformers 5.17 configuration_mamba2.py Mamba2Config() "
+                       "(hidden 4096, 128 heads x 64, state 128, 8 groups, 64 layers)"),
+    "falcon-h1-default": ({"model_type": "falcon_h1"},
+                          "transformers 5.17 configuration_falcon_h1.py FalconH1Config()"),
+}
+
+
+def get_hybrid_preset(name: str) -> HybridSpec | None:
+    """The hybrid preset of that name (case-insensitive), or None when it is not one."""
+    key = str(name).strip().lower().replace("_", "-")
+    if key not in HYBRID_PRESET_CONFIGS:
+        return None
+    cfg, source = HYBRID_PRESET_CONFIGS[key]
+    spec = hybrid_from_hf_config(cfg, name=key)
+    return HybridSpec(**{**{f: getattr(spec, f) for f in spec.__dataclass_fields__}, "source": source})

@@ -1,11 +1,12 @@
 """State-space and hybrid families for `validation.hf_models` (random weights from configs in code; stdlib only).
 
 The configs are the defaults of transformers 5.17's configuration files (public, versioned):
-  mamba2-codestral  transformers/models/mamba2/configuration_mamba2.py Mamba2Config() (the widths of
-                    mistralai/Mamba-Codestral-7B-v0.1: hidden 4096, 128 heads × 64, state 128, 8 groups, 64 layers)
+  mamba2-codestral  transformers/models/mamba2/configuration_mamba2.py Mamba2Config(): hidden 4096, 128 heads × 64,
+                    state 128, 8 groups, 64 layers (the widths usually quoted for Mamba-Codestral-7B; its hub
+                    config.json was not read here, so the name says "codestral" for the widths only)
   falcon-h1         transformers/models/falcon_h1/configuration_falcon_h1.py FalconH1Config()
-  bamba             transformers/models/bamba/configuration_bamba.py BambaConfig() (ibm-ai-platform/Bamba-9B
-                    widths), attention at layers 3 and 7 of 8 when cut (attn_layer_indices here)
+  bamba             transformers/models/bamba/configuration_bamba.py BambaConfig(), with attention at layers 3
+                    and 7 (BambaConfig sets no attention layer; the index list is this project's choice)
 Cut to a few layers by `--layers`/the case's `layers`. On a machine without mamba-ssm and causal-conv1d
 transformers runs its reference PyTorch path; `fallback_note()` says which path the process will take.
 """

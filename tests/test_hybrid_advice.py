@@ -71,4 +71,5 @@ def test_whatif_refuses_bad_input(kw, field):
 
 def test_tree_has_the_branch():
     text = render_tree()
-    assert "attention dominates and a window is not enough" in text and "[linear-attention, hybrid-architecture]" in text
+    assert "attention dominates and a window is not enough" in text
+    assert "[linear-attention, hybrid-architecture]" in text

@@ -92,15 +92,16 @@ def markdown(res: pd.DataFrame, sources: list[str]) -> str:
                  f"{len(ooms)}.")
     lines += ["", "| family | layers | seq | batch | kind | status | measured MiB | planned MiB | err | ok | "
               "cache measured | cache planned | planned |", "|" + "---|" * 13]
+    def mib(r, k):
+        v = r.get(k)
+        return "" if v in (None, "") or pd.isna(v) else f"{v / 2**20:,.1f}"
+
     for r in res.to_dict("records"):
-        def mib(k):
-            v = r.get(k)
-            return "" if v in (None, "") or pd.isna(v) else f"{v / 2**20:,.1f}"
         err = r.get("err")
         err = "" if err in (None, "") or pd.isna(err) else f"{err:+.2%}"
         ok = r.get("ok") if r["status"] == "ok" else r.get("called")
         lines.append(f"| {r['family']} | {r['layers']} | {r['seq_len']} | {r['batch']} | {r['kind']} | {r['status']} "
-                     f"| {mib('measured_bytes')} | {mib('planned_bytes')} | {err} | {ok} | "
+                     f"| {mib(r, 'measured_bytes')} | {mib(r, 'planned_bytes')} | {err} | {ok} | "
                      f"{r.get('cache_measured_bytes', '') if not pd.isna(r.get('cache_measured_bytes', 0)) else ''} | "
                      f"{r.get('cache_planned_bytes', '') if not pd.isna(r.get('cache_planned_bytes', 0)) else ''} | "
                      f"{r['planned_fit']} |")

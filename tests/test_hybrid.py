@@ -74,3 +74,24 @@ def test_plan_refuses_what_it_does_not_model(kw, field):
     spec = hybrid_from_hf_config({"model_type": "mamba2", "num_hidden_layers": 2})
     with pytest.raises(ValueError, match=f"^{field}:"):
         hybrid_plan(spec, **{"seq_len": 1024, **kw})
+
+
+def test_plan_cli_prices_a_hybrid_config_and_refuses_what_does_not_apply(tmp_path, capsys):
+    import json
+
+    from estimator.cli.advise import main as advise_main
+    from estimator.cli.plan import main as plan_main
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "bamba", "num_hidden_layers": 4, "attn_layer_indices": [3]}))
+    assert plan_main(["--config", str(cfg), "--seq-len", "2048", "--gpu", "h200", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    spec = hybrid_from_hf_config(json.loads(cfg.read_text()))
+    assert out["params"] == spec.params and out["prefill"]["fit_status"] == "fits"
+    assert out["prefill"]["total_bytes"] == hybrid_plan(spec, seq_len=2048, gpu="h200").total_bytes
+    assert "torch fallback" in out["path"]
+    assert plan_main(["--config", str(cfg), "--seq-len", "2048", "--tp", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --tp:") and len(err.strip().splitlines()) == 1
+    assert advise_main(["--config", str(cfg), "--seq-len", "2048"]) == 2
+    assert "state-space/hybrid" in capsys.readouterr().err

@@ -231,11 +231,8 @@ def prefill_replay(p: Trace, s: MambaMixerShape, b: int, L: int, es: int, *, cac
     chunk_scan_replay(p, s, b, L, es, initial_state=initial_state)
     if cache:
         p.add("ssm_state", s.ssm_state_bytes(b))  # zeros_like(final_state), then copy_
-    pad = cdiv(L, s.chunk) * s.chunk - L
-    if b > 1 and pad:  # scan_output.reshape(b, L, -1) of the sliced padded output: not contiguous, a copy
-        p.add("scan_flat", bl * s.intermediate * F32)
-        p.free("scan_out")
-        p.rename("scan_flat", "scan_out")
+    # scan_output.reshape(b, L, -1) (Falcon-H1: .view) of the sliced padded output merges only (heads, head_dim):
+    # a view even when the slice is not contiguous, so the padded storage stays alive, nothing is copied
     i32 = bl * s.intermediate * F32
     if s.gate == "silu":  # scan_output * silu(gate): silu in dtype, the product in fp32
         p.add("silu", bl * s.intermediate * es)

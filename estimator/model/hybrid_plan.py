@@ -71,6 +71,9 @@ def hybrid_plan(spec: HybridSpec, *, seq_len: int, batch: int = 1, mode: str = "
         raise ValueError("kernels: the fused mamba-ssm / causal-conv1d kernels are not modelled; this planner prices "
                          "the torch fallback transformers runs without them")
     dtype = normalize_dtype(dtype)
+    if dtype == "float32":  # the fallback's .float() / .to(float32) calls are copies only from a 16-bit model
+        raise ValueError("dtype: float32 is not modelled for these families (the torch fallback's fp32 copies are "
+                         "replayed for a bfloat16 or float16 model); use bfloat16 or float16")
     es = element_bytes(dtype)
     g = get_gpu(gpu)
     weights = spec.params * es + spec.buffer_elements * es + (spec.head_dim // 2 * F32 if spec.attention_layers else 0)

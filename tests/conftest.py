@@ -151,6 +151,16 @@ def check_effect(inputs, options, advice):
         assert advice.id == "use-fused-kernel"
         return
     time_key = "step_time_ms" if inputs.mode == "training" else "prefill_time_ms"
+    if advice.bytes_metric.startswith("total_bytes per GPU (linear-attention what-if"):
+        from estimator.model.linear_attention import linear_whatif
+
+        plan = make_plan(inputs)
+        kind, _, rank = change["attention"].partition(":")
+        w = linear_whatif(plan, "performer", inputs.model.head_dim, softmax_every=int(rank.split("/")[1])) \
+            if kind == "hybrid" else linear_whatif(plan, kind, int(rank))
+        assert (advice.bytes_before, advice.bytes_after) == (plan.total_bytes, w.total_bytes)
+        assert advice.time_ms_after == pytest.approx(w.time_ms, rel=1e-12)
+        return
     if advice.bytes_metric == "total_bytes per GPU":
         assert advice.bytes_before == make_plan(inputs, solve=False).total_bytes
         if change:

@@ -112,6 +112,12 @@ TREE = Node(
                     "architecture", "Change the architecture: window attention O(n·w) through a kernel that "
                                     "skips blocks (FlexAttention), a shorter n (patch merging).",
                     "window-attention", "reduce-seq-len")),
+                ("attention dominates and a window is not enough (inference)", _leaf(
+                    "linear", "Replace softmax attention: linear attention (Performer's fixed state for a decoder, "
+                              "Linformer's k projected keys for an encoder), or a hybrid keeping softmax in a few "
+                              "layers (a state-space or DeltaNet layer in the others); it changes the model: "
+                              "retrain and measure the quality.",
+                    "linear-attention", "hybrid-architecture")),
                 ("the sequence itself is beyond one GPU", _leaf(
                     "sequence", "Shard the sequence: context parallel (ring attention) over more GPUs.",
                     "context-parallel")),

@@ -234,6 +234,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        from estimator.cli.hybrid_args import hybrid_result
+
+        hybrid = hybrid_result(args)  # a state-space / hybrid model (mamba2, falcon_h1, bamba): its own plan
+        if hybrid is not None:
+            print(strict_json(hybrid[0], "plan", indent=2) if args.json else hybrid[1])
+            return 0
         request = image_request(args)
         if request is not None:
             return _print_vision(request, args)

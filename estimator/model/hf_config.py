@@ -187,6 +187,9 @@ def from_hf_config(path_or_dict, name: str | None = None) -> ModelSpec:
     if model_type == "swin":  # stage by stage: estimator.model.vision.swin_from_hf (plan --config dispatches there)
         raise ValueError("config: model_type 'swin' is planned stage by stage (python -m estimator plan --config "
                          "FILE), not as one transformer")
+    if model_type in ("mamba2", "falcon_h1", "bamba"):  # estimator/model/hybrid.py: its own spec and plan
+        raise ValueError(f"config: model_type {model_type!r} is a state-space/hybrid model: python -m estimator plan "
+                         "--config FILE prices it (docs/hybrids.md); it is not one softmax transformer")
     if model_type and model_type not in _HF_DEFAULTS:
         raise ValueError(f"config: model_type {model_type!r} is not modelled; known: vit, "
                          f"{', '.join(sorted(_HF_DEFAULTS))}")

@@ -17,6 +17,7 @@ import json
 import os
 
 from estimator.files import write_atomic
+from validation.model.hf_hybrid import _TINY_HYBRID, HYBRID_FAMILIES, hybrid_layer_kinds, is_hybrid
 
 FAMILIES: dict[str, dict] = {
     # https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json
@@ -160,6 +161,10 @@ _TINY: dict[str, dict] = {
 }
 
 
+FAMILIES.update(HYBRID_FAMILIES)  # state-space and hybrid families (validation/model/hf_hybrid.py)
+_TINY.update(_TINY_HYBRID)
+
+
 def family_config(name: str, layers: int | None = None, overrides: dict | str | None = None,
                   tiny: bool = False) -> dict:
     """The config dict of `name` with the tiny shrink, the layer count and `overrides` applied (a new dict)."""
@@ -203,6 +208,8 @@ def layer_kinds(cfg: dict) -> list[str]:
     if isinstance(cfg.get("layer_types"), list):
         return list(cfg["layer_types"])
     mt = cfg["model_type"]
+    if is_hybrid(cfg):
+        return hybrid_layer_kinds(cfg)
     if mt == "gemma2":
         return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)]
     if mt == "gemma3_text":

@@ -54,7 +54,7 @@ RESULT_COLUMNS = [
     "status", "reason", "phase", "n_params", "model_type", "experts_implementation", "layer_types",
     "baseline_bytes", "weights_bytes", "state_bytes", "peak_step1_bytes", "peak_forward_bytes",
     "after_forward_bytes", "peak_backward_bytes", "peak_optimizer_bytes", "peak_bytes", "peak_reserved_bytes",
-    "peak_at_oom_bytes", "input_bytes", "logits_bytes", "kv_cache_bytes", "peak_decode_bytes",
+    "peak_at_oom_bytes", "input_bytes", "logits_bytes", "kv_cache_bytes", "cache_tensor_bytes", "peak_decode_bytes",
     "time_first_call_ms", "time_step1_ms", "time_forward_ms", "time_backward_ms", "time_optimizer_ms",
     "time_step_ms", "n_timed", "time_prefill_ms", "decode_ms_per_token", "decode_warm_ms_per_token", "loss",
     "recompile_limit", "build_s",

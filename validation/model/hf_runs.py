@@ -295,13 +295,29 @@ def _decode_ms(model, out, info, case, dev) -> float:
     """Median ms of `decode_tokens` single-token steps on the prefill output's KV cache (the cache grows a step)."""
     tok = torch.randint(0, info["vocab"], (case["batch"], 1), device=dev.device)
     step_ms = []
+    from validation.model.hf_hybrid import cache_kwargs, cache_of
+
     for _ in range(case["decode_tokens"]):
-        cache = out.past_key_values
+        cache = cache_of(out)  # past_key_values, or Mamba2's cache_params
         del out
-        out, t = dev.timed(lambda c=cache: model(input_ids=tok, past_key_values=c, use_cache=True))
+        out, t = dev.timed(lambda c=cache: model(input_ids=tok, use_cache=True, **cache_kwargs(model, c)))
         del cache
         step_ms.append(t)
     return round(statistics.median(step_ms), 4)
+
+
+def _cache_tensor_bytes(out) -> int:
+    """numel · element_size of every tensor the returned cache holds (k, v; conv and recurrent states)."""
+    from validation.model.hf_hybrid import cache_of
+
+    cache, total = cache_of(out), 0
+    for layer in getattr(cache, "layers", ()) or ():
+        for name in ("keys", "values", "conv_states", "recurrent_states"):
+            value = getattr(layer, name, None)
+            for t in (value.values() if isinstance(value, dict) else (value,)):
+                if isinstance(t, torch.Tensor):
+                    total += t.numel() * t.element_size()
+    return total
 
 
 def run_prefill(model, info, case, dev, row, box):
@@ -320,6 +336,7 @@ def run_prefill(model, info, case, dev, row, box):
         row["time_first_call_ms"] = round(ms, 3)
         row["logits_bytes"] = out.logits.numel() * out.logits.element_size()
         row["kv_cache_bytes"] = sub_or_none(dev.allocated(), base, weights, row["logits_bytes"], row["input_bytes"])
+        row["cache_tensor_bytes"] = _cache_tensor_bytes(out)
         if case["decode_tokens"] > 0:
             box.phase = "decode"
             dev.reset_peak()

@@ -46,7 +46,8 @@ ARCH_LAYERS = {  # smallest count with every kind of layer the family has
     "gpt-oss-20b": 2,                              # sliding(128), full
 }
 # gpt_oss has _supports_sdpa = False in 5.17 (sinks need eager/flex/flash kernels): HF's default is eager.
-ARCH_IMPL = {"gpt-oss-20b": "eager"}
+# Mamba2ForCausalLM has no attention and refuses attn_implementation="sdpa" in 5.17: eager (unused) instead.
+ARCH_IMPL = {"gpt-oss-20b": "eager", "mamba2-codestral": "eager"}
 
 
 def _archs():

@@ -1,0 +1,71 @@
+"""`plan` for a state-space / hybrid model (a hybrid preset, or a config.json whose model_type is mamba2, falcon_h1 or
+bamba): the prefill and one decode step on transformers' torch fallback (estimator/model/hybrid_plan.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from estimator.model.hybrid import HYBRID_TYPES, NOT_MODELLED, get_hybrid_preset, hybrid_from_hf_config
+from estimator.model.hybrid_plan import hybrid_plan
+from estimator.textfile import MAX_CONFIG_BYTES, read_json_limited
+from estimator.units import gib
+
+# plan flags that do not apply to these plans (with the value that means "not given")
+_UNUSED = (("mode", (None, "inference")), ("backend", (None, "auto")), ("tp", (None, 1)), ("cp", (None, 1)),
+           ("window", (None,)), ("kv_dtype", (None,)), ("precision", (None,)), ("checkpointing", (None, "none")),
+           ("xlsx", (None,)), ("trace", (None,)), ("smallest_gpu", (False, None)))
+
+
+def load_hybrid(args):
+    """The HybridSpec the flags name, or None for every other model."""
+    if args.preset:
+        spec = get_hybrid_preset(args.preset)
+        if spec is not None and args.config:
+            raise ValueError("--preset: give either --preset or --config, not both")
+        return spec
+    if not args.config:
+        return None
+    path = Path(args.config)
+    cfg = read_json_limited(path, MAX_CONFIG_BYTES, "config")
+    if not isinstance(cfg, dict):
+        return None
+    model_type = str(cfg.get("model_type") or "").lower()
+    if model_type not in HYBRID_TYPES and model_type not in NOT_MODELLED:
+        return None
+    return hybrid_from_hf_config(cfg, name=path.parent.name or path.stem)
+
+
+def hybrid_result(args) -> tuple[dict, str] | None:
+    """(JSON-ready result, table text) of the hybrid plan the flags ask for, or None when the model is not one."""
+    spec = load_hybrid(args)
+    if spec is None:
+        return None
+    for name, unset in _UNUSED:
+        if str(getattr(args, name, None)) not in {str(u) for u in unset}:
+            raise ValueError(f"--{name.replace('_', '-')}: does not apply to a state-space/hybrid plan (prefill and "
+                             "decode on the torch fallback)")
+    if args.seq_len is None:
+        raise ValueError("--seq-len: give the prefill length")
+    kw = dict(seq_len=_whole("--seq-len", args.seq_len), batch=_whole("--batch", args.batch or 1),
+              dtype=args.dtype or "bfloat16", gpu=args.gpu or "h200")
+    plans = {mode: hybrid_plan(spec, mode=mode, **kw) for mode in ("prefill", "decode")}
+    result = {"model": spec.name, "model_type": spec.model_type, "params": spec.params, "path": plans["prefill"].path,
+              "source": spec.source}
+    lines = [f"{spec.name} ({spec.model_type}, {spec.params:,} parameters; {spec.mamba_layers} Mamba2 / "
+             f"{spec.attention_layers} attention layers) on {kw['gpu']}",
+             f"priced path: {plans['prefill'].path}"]
+    for mode, p in plans.items():
+        result[mode] = {"fit_status": p.verdict.status, "verdict": p.verdict.text(), "total_bytes": p.total_bytes,
+                        "weights_bytes": p.weights_bytes, "state_bytes": p.state_bytes,
+                        "kv_cache_bytes": p.kv_cache_bytes, "activation_bytes": p.activation_bytes,
+                        "allocator_reserve_bytes": p.verdict.allocator_reserve_bytes}
+        lines.append(f"{mode}: weights {gib(p.weights_bytes)}, state {gib(p.state_bytes)}, kv cache "
+                     f"{gib(p.kv_cache_bytes)}, activations {gib(p.activation_bytes)} -> {p.verdict.text(gib)}")
+    return result, "\n".join(lines)
+
+
+def _whole(flag: str, value) -> int:
+    try:
+        return int(str(value).replace(",", "").replace("_", ""))
+    except ValueError:
+        raise ValueError(f"{flag}: expected a whole number, got {value!r}") from None

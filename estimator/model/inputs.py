@@ -20,6 +20,7 @@ from estimator.call.config import (
 )
 from estimator.call.registry import BACKENDS
 from estimator.hardware import GPU, get_gpu
+from estimator.model.finetune import FINETUNES, LORA_TARGETS, check_finetune
 from estimator.model.recipes import DEFAULT_PRECISION, OPTIMIZERS, PRECISIONS, Precision
 from estimator.model.specs import KV_LAYOUTS, ModelSpec
 
@@ -68,6 +69,12 @@ class PlanInputs:
     persistent_grads: bool = False  # training: gradients stay allocated between steps (zero_grad(set_to_none=False))
     kv_layout: str = "hf"  # KV cache: hf (as transformers 5.17 stores it) | latent (MLA c_kv + rope key) | per-head
     ep: int = 1  # expert parallel: each MoE layer's routed experts split ep ways (within the GPUs of a replica set)
+    # training: full | lora (peft LoRA on a frozen base) | qlora (LoRA over a bitsandbytes NF4 base);
+    # estimator/model/finetune.py
+    finetune: str = "full"
+    lora_rank: int = 16  # LoRA: the adapters' rank r
+    lora_targets: str = "all"  # LoRA: attention (q, k, v, o) | mlp (gate, up, down) | all
+    compile: bool = False  # training: each decoder layer under torch.compile (time only; memory as eager)
     # Not echoed in the plan's JSON `inputs` (docs/contract.md §3 keeps its keys):
     # GPUs one node joins by NVLink/PCIe; groups past it communicate over the network
     gpus_per_node: int = field(default=8, metadata=NOT_ECHOED)
@@ -101,6 +108,14 @@ class PlanInputs:
             object.__setattr__(self, "dtype", PRECISIONS[precision].compute_dtype)
         else:
             object.__setattr__(self, "precision", None)
+        for name, allowed in (("finetune", FINETUNES), ("lora_targets", LORA_TARGETS)):
+            value = str(getattr(self, name)).strip().lower()
+            if value not in allowed:
+                raise ValueError(f"{name}: unknown value {getattr(self, name)!r}; expected one of {', '.join(allowed)}")
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "lora_rank", check_positive_int("lora_rank", self.lora_rank, 1 << 16))
+        if not isinstance(self.compile, bool):
+            object.__setattr__(self, "compile", parse_bool("compile", self.compile))
         optimizer = str(self.optimizer).strip().lower()
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer: unknown value {self.optimizer!r}; expected one of {', '.join(OPTIMIZERS)}")
@@ -150,6 +165,10 @@ class PlanInputs:
             raise ValueError(f"tp: {tp} neither divides nor is a multiple of the {m.kv_heads} kv heads")
         if cp > self.seq_len:
             raise ValueError(f"cp: {cp} GPUs cannot split a sequence of {self.seq_len} tokens")
+        check_finetune(self)
+        if self.precision == "fp8" and get_gpu(self.gpu).compute_capability < (8, 9):
+            raise ValueError(f"precision: fp8 training needs FP8 tensor cores (compute capability 8.9 or newer); "
+                             f"{self.gpu} has {'.'.join(map(str, get_gpu(self.gpu).compute_capability))}")
 
     # Per-GPU shapes (properties, not stored fields).
     @property

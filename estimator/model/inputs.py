@@ -100,7 +100,8 @@ class PlanInputs:
                 raise ValueError(f"{name}: unknown value {getattr(self, name)!r}; expected one of {', '.join(allowed)}")
             object.__setattr__(self, name, value)
         if self.mode == "training":
-            precision = DEFAULT_PRECISION[self.dtype] if self.precision is None else str(self.precision).strip().lower()
+            default = "bf16-true" if str(self.finetune).strip().lower() == "qlora" else DEFAULT_PRECISION[self.dtype]
+            precision = default if self.precision is None else str(self.precision).strip().lower()
             if precision not in PRECISIONS:
                 raise ValueError(f"precision: unknown value {self.precision!r}; expected one of "
                                  f"{', '.join(PRECISIONS)}")

@@ -160,8 +160,11 @@ def markdown(result: pd.DataFrame, sources: list[str]) -> str:
         err = "" if err is None or pd.isna(err) else f"{err:+.1%}"
         if r.get("plan_error"):
             err = "refused: " + str(r["plan_error"])[:60]
+        recipe = r["precision"]
+        if str(r.get("finetune") or "nan") not in ("nan", "", "full"):  # validation.model.hf_finetune's cases
+            recipe += f", {r['finetune']} r{int(float(r['lora_rank']))} {r['lora_targets']}"
         lines.append(f"| {r['family']} | {r['layers']} | {r['attn_implementation']} | {r['mode']} | "
-                     f"{r['precision']} | {r['optimizer']} | {r['checkpointing']} | {r['seq_len']} | {r['batch']} | "
+                     f"{recipe} | {r['optimizer']} | {r['checkpointing']} | {r['seq_len']} | {r['batch']} | "
                      f"{r['status']} | {gib(r.get('measured_peak_bytes'))} | {gib(r.get('planned_peak_bytes'))} | "
                      f"{err} | {_time_cell(r)} |")
     return "\n".join(lines) + "\n"

@@ -15,7 +15,7 @@ import streamlit as st
 from estimator.call.config import DTYPE_BITS, KV_DTYPE_BITS
 from estimator.call.registry import BACKENDS
 from estimator.hardware import CATALOG
-from estimator.model.finetune import FINETUNES, LORA_TARGETS
+from estimator.model.inputs import FINETUNES, LORA_TARGETS
 from estimator.model.recipes import OPTIMIZERS
 from ui.state import CALL_MASKS, CALL_MODES, CHECKPOINTING, LOGITS, PLAN_MODES, PRECISION_CHOICES, ZERO_STAGES
 

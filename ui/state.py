@@ -22,8 +22,7 @@ from estimator.call.config import (
 )
 from estimator.call.registry import BACKENDS
 from estimator.hardware import get_gpu
-from estimator.model.finetune import FINETUNES, LORA_TARGETS
-from estimator.model.inputs import CHECKPOINTING, LOGITS
+from estimator.model.inputs import CHECKPOINTING, FINETUNES, LOGITS, LORA_TARGETS
 from estimator.model.inputs import MODES as PLAN_MODES
 from estimator.model.recipes import OPTIMIZERS, PRECISIONS
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from estimator.advice.core import Advice, _Context, _plan_advice, gib, ms
 
-# (what the rung changes, in words), applied cumulatively
+
 def _rungs(inputs) -> list[tuple[str, dict]]:
+    """The ladder's rungs that apply from `inputs`: (the change in words, the PlanInputs fields it sets), to be
+    applied cumulatively."""
     rungs: list[tuple[str, dict]] = []
     if inputs.finetune == "full" and inputs.precision not in ("fp8", "bf16-master", "16-mixed"):
         rungs.append(("LoRA (peft, rank 16, every projection; the base frozen)", {"finetune": "lora"}))

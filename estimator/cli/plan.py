@@ -23,9 +23,16 @@ from estimator.cli.vision_args import (
 from estimator.files import refuse_same_file, strict_json
 from estimator.hardware import CATALOG
 from estimator.model.budget import Plan
-from estimator.model.finetune import FINETUNES, LORA_TARGETS
 from estimator.model.hf_config import from_hf_config
-from estimator.model.inputs import CHECKPOINTING, LOGITS, MODES, PLAN_INPUT_DEFAULTS, PlanInputs
+from estimator.model.inputs import (
+    CHECKPOINTING,
+    FINETUNES,
+    LOGITS,
+    LORA_TARGETS,
+    MODES,
+    PLAN_INPUT_DEFAULTS,
+    PlanInputs,
+)
 from estimator.model.plan import make_plan
 from estimator.model.presets import PRESETS, get_preset
 from estimator.model.recipes import OPTIMIZERS, PRECISIONS

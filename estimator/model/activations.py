@@ -15,7 +15,13 @@ from estimator.model.blocks import (
     sinks_eager_peak,
     sinks_eager_saved,
 )
-from estimator.model.finetune import ADAPTER_BYTES, adapted_linears, adapter_backward_bytes, adapter_saved_bytes, dequantised_weight_bytes
+from estimator.model.finetune import (
+    ADAPTER_BYTES,
+    adapted_linears,
+    adapter_backward_bytes,
+    adapter_saved_bytes,
+    dequantised_weight_bytes,
+)
 from estimator.model.inputs import PlanInputs, Sizes
 from estimator.model.layer_attention import LayerAttention
 from estimator.model.state import optimizer_step_bytes

@@ -35,8 +35,7 @@ if TYPE_CHECKING:
     from estimator.model.inputs import PlanInputs
     from estimator.model.specs import ModelSpec
 
-FINETUNES = ("full", "lora", "qlora")
-LORA_TARGETS = ("attention", "mlp", "all")
+# the recipe names (FINETUNES, LORA_TARGETS) and their checks live with the inputs (estimator/model/inputs.py)
 ADAPTER_BYTES = 4  # peft's autocast_adapter_dtype=True: adapters (and their grads, optimizer state) in fp32
 NF4_BLOCK = 64  # bitsandbytes Linear4bit default blocksize
 NESTED_BLOCK = 256  # double quantisation: the absmax quantised blockwise in blocks of 256
@@ -60,27 +59,6 @@ class Linear:
     @property
     def numel(self) -> int:
         return self.fan_in * self.fan_out
-
-
-def check_finetune(inputs: PlanInputs) -> None:
-    """ValueError naming the field where a LoRA/QLoRA plan is asked of a model or layout it does not model."""
-    if inputs.finetune == "full":
-        return
-    m = inputs.model
-    what = "LoRA" if inputs.finetune == "lora" else "QLoRA"
-    if inputs.mode != "training":
-        raise ValueError(f"finetune: {what} is a training recipe; give --mode training")
-    if m.kind != "decoder" or m.experts or m.mla or m.fused_qkv or m.fused_gate_up:
-        raise ValueError(f"finetune: {what} is modelled for dense decoders with separate q/k/v and MLP "
-                         f"projections (not {m.name})")
-    if inputs.tp > 1 or inputs.ep > 1:
-        raise ValueError(f"finetune: {what} is modelled without tensor or expert parallelism (tp = ep = 1)")
-    if inputs.finetune == "qlora" and inputs.precision != "bf16-true":
-        raise ValueError("precision: QLoRA computes in bf16 over a bf16 model (bf16-true); "
-                         f"got {inputs.precision}")
-    if inputs.precision in ("bf16-master", "16-mixed", "fp8"):
-        raise ValueError(f"precision: {what} is modelled with bf16-true, 16-true, bf16-mixed or 32-true, "
-                         f"not {inputs.precision}")
 
 
 def layer_linears(m: ModelSpec) -> tuple[Linear, ...]:

@@ -20,11 +20,12 @@ from estimator.call.config import (
 )
 from estimator.call.registry import BACKENDS
 from estimator.hardware import GPU, get_gpu
-from estimator.model.finetune import FINETUNES, LORA_TARGETS, check_finetune
 from estimator.model.recipes import DEFAULT_PRECISION, OPTIMIZERS, PRECISIONS, Precision
 from estimator.model.specs import KV_LAYOUTS, ModelSpec
 
 MODES = ("inference", "training")
+FINETUNES = ("full", "lora", "qlora")  # estimator/model/finetune.py
+LORA_TARGETS = ("attention", "mlp", "all")
 CHECKPOINTING = ("none", "selective", "full", "hf")
 LOGITS = ("last", "all")
 # The smallest --gemm-efficiency / --hbm-efficiency taken: 1 % of the datasheet peak. Below it a plan's times are no
@@ -218,6 +219,27 @@ PLAN_INPUT_DEFAULTS: dict = {f.name: f.default for f in fields(PlanInputs) if f.
 # The inputs `Plan.to_dict()` echoes, in field order (the model is echoed apart, by name)
 ECHOED_INPUTS: tuple[str, ...] = tuple(f.name for f in fields(PlanInputs)
                                        if f.name != "model" and f.metadata.get("echoed", True))
+
+
+def check_finetune(inputs: PlanInputs) -> None:
+    """ValueError naming the field where a LoRA/QLoRA plan is asked of a model or layout it does not model."""
+    if inputs.finetune == "full":
+        return
+    m = inputs.model
+    what = "LoRA" if inputs.finetune == "lora" else "QLoRA"
+    if inputs.mode != "training":
+        raise ValueError(f"finetune: {what} is a training recipe; give --mode training")
+    if m.kind != "decoder" or m.experts or m.mla or m.fused_qkv or m.fused_gate_up:
+        raise ValueError(f"finetune: {what} is modelled for dense decoders with separate q/k/v and MLP "
+                         f"projections (not {m.name})")
+    if inputs.tp > 1 or inputs.ep > 1:
+        raise ValueError(f"finetune: {what} is modelled without tensor or expert parallelism (tp = ep = 1)")
+    if inputs.finetune == "qlora" and inputs.precision != "bf16-true":
+        raise ValueError("precision: QLoRA computes in bf16 over a bf16 model (bf16-true); "
+                         f"got {inputs.precision}")
+    if inputs.precision in ("bf16-master", "16-mixed", "fp8"):
+        raise ValueError(f"precision: {what} is modelled with bf16-true, 16-true, bf16-mixed or 32-true, "
+                         f"not {inputs.precision}")
 
 
 def gpu_of(inputs: PlanInputs) -> GPU:

@@ -36,7 +36,7 @@ Optimizer state and step temporaries (torch/optim/adam.py, sgd.py, PyTorch 2.11)
 - `adamw-8bit` (bitsandbytes `AdamW8bit`, blockwise quantisation): two uint8 states per parameter plus one fp32
   absmax per 256-element block per state (bitsandbytes/optim/optimizer.py `Optimizer2State`, blocksize 256);
   tensors under 4,096 elements keep fp32 states (`min_8bit_size`); dequantised in registers (no temporaries).
-  Modelled from the source: bitsandbytes is not installed on the GPU we measured on.
+  Modelled from the source (bitsandbytes 0.50.2); measured on the H200 (validation/data/h200_hf_finetune.csv).
 """
 
 from __future__ import annotations

@@ -20,7 +20,9 @@ Memory columns (CUDA only; empty on CPU), all exact integers from torch.cuda's c
                    for fragmentation (not reset by empty_cache between cases: we empty the cache after each case).
 
 The training and prefill protocols (their phases, precisions and optimizers) are those of
-`validation.model.hf_runs`, which runs one case.
+`validation.model.hf_runs`, which runs one case. Fine-tuning cases (columns `finetune` full | lora | qlora,
+`lora_rank`, `lora_targets`; precision `fp8`) get their recipe from `validation.model.hf_finetune` right after the
+build, so `weights_bytes` holds the quantised base and the adapters; `trainable_params` counts what trains.
 flex_attention: torch._dynamo.reset() before each flex case unless no_reset=1; recompile_limit is recorded.
 Errors: OutOfMemoryError / "out of memory" -> status `oom`, `phase` says where (peak_at_oom_bytes = the peak
 before the failed allocation); other exceptions -> `error` with a one-line reason. Everything is freed after each
@@ -41,8 +43,8 @@ import traceback
 import torch
 
 from validation.errors import is_oom, typed_line
-from validation.model.hf_finetune import MissingLibrary, apply_finetune
 from validation.model.hf_configs import FAMILIES, dump_config, family_config, layer_kinds, to_hf_config
+from validation.model.hf_finetune import MissingLibrary, apply_finetune
 from validation.model.hf_runs import PRECISIONS, Dev, PhaseBox, Unsupported, run_prefill, run_train, sub_or_none
 from validation.model.hf_suites import SUITES
 from validation.model.hf_vision import build as build_vision
@@ -50,8 +52,8 @@ from validation.model.hf_vision import is_vision, set_trainable, vision_config
 from validation.model.hf_vision import tokens as vision_tokens
 
 CASE_COLUMNS = ["family", "layers", "attn_implementation", "mode", "precision", "optimizer", "checkpointing",
-                "seq_len", "batch", "decode_tokens", "overrides", "no_reset", "image_size", "images", "trainable", "finetune", "lora_rank",
-                "lora_targets"]
+                "seq_len", "batch", "decode_tokens", "overrides", "no_reset", "image_size", "images", "trainable",
+                "finetune", "lora_rank", "lora_targets"]
 RESULT_COLUMNS = [
     "status", "reason", "phase", "n_params", "trainable_params", "model_type", "experts_implementation", "layer_types",
     "baseline_bytes", "weights_bytes", "state_bytes", "peak_step1_bytes", "peak_forward_bytes",

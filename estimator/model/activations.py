@@ -136,6 +136,10 @@ def training_peak(inputs: PlanInputs, attn: list[LayerAttention], z: Sizes,
     # checkpointing autograd also saves each copy until that layer's backward; under checkpointing the saved copies
     # are dropped (recomputed in backward, one layer at a time) and only the output head's survives the forward.
     casts_saved = casts_head + (0 if checkpointed else casts_layer * m.layers)
+    if inputs.finetune != "full":
+        # autocast caches only casts of weights that need a gradient: the frozen base's copies live only where
+        # autograd saved them
+        casts_all = casts_saved
     if resident:
         phases = [("backward", {"activations": activations, "weight_casts": casts_all, "gradients": grads,
                                 "optimizer_step": 0})]
@@ -152,9 +156,6 @@ def training_peak(inputs: PlanInputs, attn: list[LayerAttention], z: Sizes,
             head_grad, layer_grad = 0, grads // m.layers
             top_ffn_grad = sum(inputs.lora_rank * (lin.fan_in + lin.fan_out) for lin in adapted_linears(inputs)
                                if lin.group == "mlp") * ADAPTER_BYTES
-            # autocast caches only casts of weights that need a gradient: the frozen base's copies live only
-            # where autograd saved them
-            casts_all = casts_saved
 
         def phase(act, casts, grad):
             return {"activations": act, "weight_casts": casts, "gradients": grad, "optimizer_step": 0}
@@ -362,5 +363,6 @@ def largest_allocation_bytes(inputs: PlanInputs, attn: list[LayerAttention], z: 
                   if a.memory.selected_backend in ("math", "eager") else 0) for a in attn) if attn else 0
     ffn = z.b * z.n * z.F * (4 if z.autocast and m.experts else z.es)
     state_bytes = 4 if training else z.es
-    embedding = z.V * m.hidden * state_bytes
+    # a frozen embedding (LoRA, QLoRA) gets no gradient or moments: no embedding-sized tensor is allocated
+    embedding = 0 if training and inputs.finetune != "full" else z.V * m.hidden * state_bytes
     return max(logits, scores, ffn, embedding)

@@ -124,7 +124,6 @@ class Plan:
     selected_backend: str
     params: int
     params_per_gpu: int
-    trainable_params: int  # parameters the optimizer updates per GPU (LoRA/QLoRA: the adapters; 0 for inference)
     weights_bytes: int
     kv_cache_bytes: int
     kv_cache_bytes_per_token: int
@@ -162,6 +161,7 @@ class Plan:
     communication: dict = field(default_factory=dict, hash=False)  # per kind (tp, cp, dp), links, decode per token
     time_split: dict = field(default_factory=dict, hash=False)  # ms per kernel class per phase (step_time.py)
     time_model: dict = field(default_factory=dict, hash=False)  # GPU the constants were measured on, error band
+    trainable_params: int = 0  # parameters the optimizer updates per GPU (LoRA/QLoRA: the adapters; 0 for inference)
     max_seq_len: int | None = None  # filled by make_plan's solvers
     max_batch: int | None = None
 

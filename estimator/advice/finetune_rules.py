@@ -7,24 +7,26 @@ from __future__ import annotations
 from estimator.advice.core import Advice, _Context, _plan_advice, gib, ms
 
 
-def _rungs(inputs) -> list[tuple[str, dict]]:
-    """The ladder's rungs that apply from `inputs`: (the change in words, the PlanInputs fields it sets), to be
-    applied cumulatively."""
-    rungs: list[tuple[str, dict]] = []
+def _rungs(inputs) -> list[tuple[str, str, dict]]:
+    """The ladder's rungs that apply from `inputs`: (short name, the change in words, the PlanInputs fields it
+    sets), applied cumulatively."""
+    rungs: list[tuple[str, str, dict]] = []
     if inputs.finetune == "full" and inputs.precision not in ("fp8", "bf16-master", "16-mixed"):
-        rungs.append(("LoRA (peft, rank 16, every projection; the base frozen)", {"finetune": "lora"}))
+        rungs.append(("LoRA", "LoRA (peft, rank 16, every projection; the base frozen)", {"finetune": "lora"}))
     if inputs.finetune != "qlora" and inputs.precision not in ("fp8", "bf16-master", "16-mixed"):
-        rungs.append(("QLoRA (NF4 base with double quantisation, bf16 compute)",
+        rungs.append(("QLoRA", "QLoRA (NF4 base with double quantisation, bf16 compute)",
                       {"finetune": "qlora", "precision": "bf16-true"}))
     if inputs.checkpointing in ("none", "selective"):
-        rungs.append(("activation checkpointing (HF gradient_checkpointing_enable)", {"checkpointing": "hf"}))
+        rungs.append(("checkpointing", "activation checkpointing (HF gradient_checkpointing_enable)",
+                      {"checkpointing": "hf"}))
     if inputs.optimizer in ("adamw", "adamw-fused"):
-        rungs.append(("8-bit AdamW (bitsandbytes AdamW8bit)", {"optimizer": "adamw-8bit"}))
+        rungs.append(("8-bit AdamW", "8-bit AdamW (bitsandbytes AdamW8bit)", {"optimizer": "adamw-8bit"}))
     share = -(-inputs.batch // inputs.dp)
     micro = inputs.batch_per_gpu
     while micro > 1 and len(rungs) < 12:
         micro = max(1, micro // 2)
-        rungs.append((f"micro-batch {micro} (gradient accumulation over {-(-share // micro)} passes)",
+        rungs.append((f"micro-batch {micro}", f"micro-batch {micro} (gradient accumulation over "
+                      f"{-(-share // micro)} passes)",
                       {"micro_batch": micro}))
     return rungs
 
@@ -35,13 +37,14 @@ def rule_finetune_ladder(ctx: _Context) -> list[Advice]:
     if not ctx.training or base.fits or not base.supported or inputs.model.kind != "decoder":
         return []
     changes: dict = {}
-    lines, fitting, after = [], None, None
-    for words, change in _rungs(inputs):
+    lines, names, fitting, after = [], [], None, None
+    for name, words, change in _rungs(inputs):
         trial = {**changes, **change}
         plan = ctx.plan(**trial)
         if plan is None:  # the model or layout is not modelled for this rung (e.g. LoRA on a MoE): skip it
             continue
         changes, after = trial, plan
+        names.append(name)
         lines.append(f"+ {words}: {gib(plan.total_bytes)} ({'fits' if plan.fits else 'does not fit'}), "
                      f"{ctx.time_metric} {ms(ctx.time_ms(plan))}")
         if plan.fits:
@@ -54,7 +57,9 @@ def rule_finetune_ladder(ctx: _Context) -> list[Advice]:
            + ("" if fitting else " No rung of the ladder fits: more GPUs (ZeRO, tensor parallel) or a shorter "
               "sequence are next."))
     effect = ("changes " + ", ".join(f"{k} {v}" for k, v in changes.items()) + ".")
-    return [_plan_advice(ctx, "finetune-ladder", "Fine-tune with less memory: " + lines[-1].split(":")[0][2:],
+    if "QLoRA" in names and "LoRA" in names:  # QLoRA is LoRA over a quantised base
+        names.remove("LoRA")
+    return [_plan_advice(ctx, "finetune-ladder", "Fine-tune with " + " + ".join(names),
                          why, effect, fitting or after, **changes)]
 
 

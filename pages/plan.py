@@ -180,6 +180,9 @@ if budget_tab.open:
         st.caption(f"Textbook score matrix (b·h·L·S·element): {gib_text(plan.textbook_scores_bytes)}; what the "
                    f"chosen backend materialises: {gib_text(plan.attention_scores_bytes)}. KV cache per token: "
                    f"{plan.kv_cache_bytes_per_token:,} bytes.")
+        if inputs.mode == "training":
+            st.caption(f"Parameters: {plan.params:,} in the model, {plan.trainable_params:,} trainable per GPU "
+                       f"({inputs.finetune} fine-tuning).")
         st.subheader("Attention backend")
         # the widest layer's call as the plan prices it (a window through SDPA: the dense bool-masked call)
         from estimator.model.layer_attention import priced_attention_call

@@ -101,7 +101,7 @@ def fake_make_plan(inputs, solve=True):
     kv_len = min(n, inputs.window or n)
     kv_tok = 2 * m.layers * inputs.kv_heads_per_gpu * m.head_dim * KV_DTYPE_BITS[inputs.kv_dtype] // 8
     kv = 0 if training or m.kind != "decoder" else kv_tok * kv_len * b
-    keep = {"none": 16, "selective": 10, "full": 1}[inputs.checkpointing]
+    keep = {"none": 16, "selective": 10, "full": 1, "hf": 1}[inputs.checkpointing]
     act = keep * n * b * m.hidden * es * m.layers if training else 0
     est = fake_estimate(attention_call(inputs), gpu)
     attn = est.peak_extra_bytes or 0

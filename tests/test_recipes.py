@@ -23,6 +23,7 @@ PER_PARAM = {
     "16-true": (2, 2, 4, 2),
     "32-true": (4, 4, 8, 4),
     "bf16-master": (2, 2, 12, 4),
+    "fp8": (2, 2, 4, 2),  # torchao float8 training keeps bf16-true's weights and state
 }
 
 

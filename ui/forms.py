@@ -15,6 +15,7 @@ import streamlit as st
 from estimator.call.config import DTYPE_BITS, KV_DTYPE_BITS
 from estimator.call.registry import BACKENDS
 from estimator.hardware import CATALOG
+from estimator.model.inputs import FINETUNES, LORA_TARGETS
 from estimator.model.recipes import OPTIMIZERS
 from ui.state import CALL_MASKS, CALL_MODES, CHECKPOINTING, LOGITS, PLAN_MODES, PRECISION_CHOICES, ZERO_STAGES
 
@@ -133,6 +134,11 @@ def plan_form(prefix: str, presets: list[str], source: str) -> tuple[bool, objec
                          format_func=lambda p: "follow dtype" if p == "auto" else p,
                          help="follow dtype: bfloat16 -> bf16-mixed, float16 -> 16-mixed, float32 -> 32-true")
             st.selectbox("optimizer (training)", list(OPTIMIZERS), key=f"{prefix}optimizer")
+            st.selectbox("fine-tuning (training)", FINETUNES, key=f"{prefix}finetune",
+                         help="full: every parameter trains; lora: peft adapters on a frozen base; qlora: adapters "
+                              "over a bitsandbytes NF4 base (bf16-true)")
+            st.selectbox("LoRA targets", LORA_TARGETS, key=f"{prefix}lora_targets")
+            _int("LoRA rank r", f"{prefix}lora_rank")
         with c2:
             st.markdown("**Workload**")
             _int("sequence length n (tokens)", f"{prefix}seq_len")

@@ -22,7 +22,7 @@ from estimator.call.config import (
 )
 from estimator.call.registry import BACKENDS
 from estimator.hardware import get_gpu
-from estimator.model.inputs import CHECKPOINTING, LOGITS
+from estimator.model.inputs import CHECKPOINTING, FINETUNES, LOGITS, LORA_TARGETS
 from estimator.model.inputs import MODES as PLAN_MODES
 from estimator.model.recipes import OPTIMIZERS, PRECISIONS
 
@@ -48,6 +48,7 @@ def _plan_defaults() -> dict:
             "gpus": d["gpus"] or d["tp"] * d["cp"], "tp": d["tp"], "cp": d["cp"], "zero": d["zero"],
             "micro_batch": d["micro_batch"] or 0, "sequence_parallel": d["sequence_parallel"],
             "logits": d["logits"], "precision": d["precision"] or "auto", "optimizer": d["optimizer"],
+            "finetune": d["finetune"], "lora_rank": d["lora_rank"], "lora_targets": d["lora_targets"],
             # image plans (estimator/cli/vision_args.py): no image until a size is given
             "image_size": "", "images": 1, "trainable": "all"}
 
@@ -56,10 +57,10 @@ ZERO_STAGES = (0, 1, 2, 3)
 ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "gated_ffn", "tied_embeddings")
 _INT_LIMITS = {"layers": 4096, "hidden": 1 << 20, "heads": 1 << 16, "kv_heads": 1 << 16, "head_dim": 1 << 16,
                "ffn": 1 << 22, "vocab": 1 << 24, "seq_len": MAX_SEQ_LEN, "batch": 1 << 20, "gpus": 1 << 16,
-               "tp": 1 << 12, "cp": 1 << 12}
+               "tp": 1 << 12, "cp": 1 << 12, "lora_rank": 1 << 16}
 _CHOICES = {"source": MODEL_SOURCES, "mode": PLAN_MODES, "checkpointing": CHECKPOINTING, "backend": BACKENDS,
             "logits": LOGITS, "precision": PRECISION_CHOICES, "optimizer": tuple(OPTIMIZERS),
-            "trainable": ("all", "tower-frozen", "projector")}
+            "trainable": ("all", "tower-frozen", "projector"), "finetune": FINETUNES, "lora_targets": LORA_TARGETS}
 
 CALL_DEFAULTS: dict = {
     "batch": 1, "q_heads": 32, "kv_heads": 8, "head_dim": 128, "q_len": 8192, "kv_len": 8192,
@@ -254,7 +255,8 @@ def plan_inputs(values: Mapping, config_spec=None):
                       cp=values["cp"], zero=optional("zero"), micro_batch=optional("micro_batch") or None,
                       sequence_parallel=bool(optional("sequence_parallel")), logits=optional("logits"),
                       precision=None if optional("precision") == "auto" else values["precision"],
-                      optimizer=optional("optimizer"))
+                      optimizer=optional("optimizer"), finetune=optional("finetune"),
+                      lora_rank=optional("lora_rank"), lora_targets=optional("lora_targets"))
 
 
 def default_seq_len(preset: str) -> int | None:

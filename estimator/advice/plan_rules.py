@@ -25,16 +25,17 @@ from estimator.advice.core import (
     _plan_advice,
     ms,
 )
+from estimator.advice.finetune_rules import RULES as FINETUNE_RULES
 from estimator.advice.kernel_rules import eager_forward_peak_bytes, rule_eager, rule_fused
 from estimator.advice.kv_rules import _kv_rules
 from estimator.advice.linear_rules import RULES as LINEAR_RULES
-
-__all__ = ["Advice", "advise", "eager_forward_peak_bytes", "ms"]
 from estimator.advice.recipe_rules import RULES as RECIPE_RULES
 from estimator.advice.tree import ADVICE_ORDER
 from estimator.advice.window_rules import RULES as WINDOW_RULES
 from estimator.call.backends import DEFAULT_TORCH
 from estimator.units import gib
+
+__all__ = ["Advice", "advise", "eager_forward_peak_bytes", "ms"]
 
 if TYPE_CHECKING:
     from estimator.model.budget import Plan
@@ -347,9 +348,9 @@ def rule_operate(ctx: _Context) -> list[Advice]:
 # advice whose purpose is to bring the total under the GPU's memory: dropped when its re-run frees nothing
 MEMORY_FIXES = ("tensor-parallel", "moe-expert-parallel", "reduce-batch", "activation-checkpointing",
                 "window-attention", "reduce-seq-len", "context-parallel", "precision", "optimizer", "linear-attention",
-                "hybrid-architecture")
+                "hybrid-architecture", "finetune-ladder")
 RULES = (rule_fits, rule_not_bottleneck, rule_eager, rule_fused, *WINDOW_RULES, rule_over_budget, *LINEAR_RULES,
-         *RECIPE_RULES, rule_operate)
+         *RECIPE_RULES, *FINETUNE_RULES, rule_operate)
 
 
 def advise(inputs, *, mask: str = "none", cached_len: int = 0, make_plan=None, estimate_call=None,

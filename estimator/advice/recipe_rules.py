@@ -62,7 +62,7 @@ def rule_optimizer(ctx: _Context) -> list[Advice]:
                 f"The optimizer state is {gib(base.optimizer_bytes)}, "
                 f"{base.optimizer_bytes / base.capacity_bytes:.0%} of the GPU. bitsandbytes keeps both moments "
                 "in 8 bits with an fp32 scale per 256 values (about 2 bytes per parameter instead of 8 in fp32); "
-                "modelled from its source, not measured here.",
+                "modelled from its source and measured on the H200.",
                 f"optimizer {inputs.optimizer} → adamw-8bit.", after, optimizer="adamw-8bit"))
     return out
 

@@ -94,6 +94,10 @@ TREE = Node(
                     "recipe", "A leaner recipe: bf16-true instead of fp32 weights and moments (say the trade), "
                               "fused or 8-bit AdamW.",
                     "precision", "optimizer")),
+                ("fine-tuning: full weights, gradients and moments of every parameter", _leaf(
+                    "finetune", "Climb the fine-tuning ladder: LoRA, QLoRA, checkpointing, 8-bit AdamW, a smaller "
+                                "micro-batch, each re-planned.",
+                    "finetune-ladder")),
                 ("images: the vision tower or its image tokens hold the bytes", _leaf(
                     "images", "Count the tokens of each modality first; then fewer pixels (a smaller max-pixels "
                               "bound), fewer images, a frozen tower, a fused kernel in the tower.",

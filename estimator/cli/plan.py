@@ -24,7 +24,15 @@ from estimator.files import refuse_same_file, strict_json
 from estimator.hardware import CATALOG
 from estimator.model.budget import Plan
 from estimator.model.hf_config import from_hf_config
-from estimator.model.inputs import CHECKPOINTING, LOGITS, MODES, PLAN_INPUT_DEFAULTS, PlanInputs
+from estimator.model.inputs import (
+    CHECKPOINTING,
+    FINETUNES,
+    LOGITS,
+    LORA_TARGETS,
+    MODES,
+    PLAN_INPUT_DEFAULTS,
+    PlanInputs,
+)
 from estimator.model.plan import make_plan
 from estimator.model.presets import PRESETS, get_preset
 from estimator.model.recipes import OPTIMIZERS, PRECISIONS
@@ -45,7 +53,9 @@ FLAG_OF = {"seq_len": "--seq-len", "batch": "--batch", "dtype": "--dtype", "kv_d
            "torch": "--torch", "sequence_parallel": "--sequence-parallel", "zero": "--zero",
            "micro_batch": "--micro-batch", "persistent_grads": "--persistent-grads", "kv_layout": "--kv-layout",
            "ep": "--ep", "gpus_per_node": "--gpus-per-node", "calibration": "--calibration",
-           "gemm_efficiency": "--gemm-efficiency", "hbm_efficiency": "--hbm-efficiency"}
+           "gemm_efficiency": "--gemm-efficiency", "hbm_efficiency": "--hbm-efficiency",
+           "finetune": "--finetune", "lora_rank": "--lora-rank", "lora_targets": "--lora-targets",
+           "compile": "--compile"}
 ARCH_FLAGS = {"layers": "layers", "hidden": "hidden", "heads": "q_heads", "kv_heads": "kv_heads",
               "head_dim": "head_dim", "ffn": "ffn", "vocab": "vocab"}
 
@@ -76,6 +86,14 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                       help=f"training: {', '.join(PRECISIONS)} (default from --dtype: bfloat16 -> bf16-mixed)")
     work.add_argument("--optimizer", default=D["optimizer"],
                       help=f"training: {', '.join(OPTIMIZERS)} (default {D['optimizer']})")
+    work.add_argument("--finetune", default=D["finetune"],
+                      help=f"training: {', '.join(FINETUNES)} (default {D['finetune']}; lora/qlora: peft adapters on a "
+                      "frozen base, qlora over a bitsandbytes NF4 base)")
+    work.add_argument("--lora-rank", default=D["lora_rank"], help=f"LoRA rank r (default {D['lora_rank']})")
+    work.add_argument("--lora-targets", default=D["lora_targets"],
+                      help=f"LoRA on the {', '.join(LORA_TARGETS)} projections (default {D['lora_targets']})")
+    work.add_argument("--compile", action="store_true",
+                      help="training: each decoder layer under torch.compile (planned as eager; see assumptions)")
     work.add_argument("--window", default=D["window"],
                       help="sliding window for every layer (default: the model's own)")
     work.add_argument("--backend", default=D["backend"], help=f"{', '.join(BACKENDS)} (default {D['backend']})")
@@ -192,7 +210,8 @@ def workload_inputs(args: argparse.Namespace, model: ModelSpec, seq_len, batch=N
                           micro_batch=args.micro_batch, persistent_grads=args.persistent_grads,
                           kv_layout=args.kv_layout, ep=args.ep, gpus_per_node=args.gpus_per_node,
                           calibration=args.calibration, gemm_efficiency=args.gemm_efficiency,
-                          hbm_efficiency=args.hbm_efficiency)
+                          hbm_efficiency=args.hbm_efficiency, finetune=args.finetune, lora_rank=args.lora_rank,
+                          lora_targets=args.lora_targets, compile=args.compile)
     except ValueError as exc:
         raise _flagged(exc) from None
 
@@ -278,7 +297,8 @@ def format_table(plan: Plan, result: dict) -> str:
     inp = plan.inputs
     lines = [f"{inp.model.name}: {inp.mode}, seq_len {inp.seq_len:,}, batch {inp.batch}, {inp.dtype}, "
              f"backend {inp.backend} -> {plan.selected_backend}, {inp.gpus} x {inp.gpu} (tp {inp.tp}, cp {inp.cp})",
-             f"parameters {plan.params:,} ({plan.params_per_gpu:,} per GPU)", "", "memory per GPU"]
+             f"parameters {plan.params:,} ({plan.params_per_gpu:,} per GPU)"
+             + (f", trainable {plan.trainable_params:,}" if inp.mode == "training" else ""), "", "memory per GPU"]
     fit = plan.fit  # the one verdict (estimator/model/budget.py), the page's and the workbook's too
     rows = [*((c.label, c.bytes) for c in plan.components), ("total", plan.total_bytes)]
     if fit.status != "cannot run":

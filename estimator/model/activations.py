@@ -15,6 +15,13 @@ from estimator.model.blocks import (
     sinks_eager_peak,
     sinks_eager_saved,
 )
+from estimator.model.finetune import (
+    ADAPTER_BYTES,
+    adapted_linears,
+    adapter_backward_bytes,
+    adapter_saved_bytes,
+    dequantised_weight_bytes,
+)
 from estimator.model.inputs import PlanInputs, Sizes
 from estimator.model.layer_attention import LayerAttention
 from estimator.model.state import optimizer_step_bytes
@@ -129,6 +136,10 @@ def training_peak(inputs: PlanInputs, attn: list[LayerAttention], z: Sizes,
     # checkpointing autograd also saves each copy until that layer's backward; under checkpointing the saved copies
     # are dropped (recomputed in backward, one layer at a time) and only the output head's survives the forward.
     casts_saved = casts_head + (0 if checkpointed else casts_layer * m.layers)
+    if inputs.finetune != "full":
+        # autocast caches only casts of weights that need a gradient: the frozen base's copies live only where
+        # autograd saved them
+        casts_all = casts_saved
     if resident:
         phases = [("backward", {"activations": activations, "weight_casts": casts_all, "gradients": grads,
                                 "optimizer_step": 0})]
@@ -140,6 +151,11 @@ def training_peak(inputs: PlanInputs, attn: list[LayerAttention], z: Sizes,
             head, emb = m.head_params, m.embedding_params
         head_grad = (head + m.norm_params) * gb
         layer_grad = max(0, grads - head_grad - emb * gb) // m.layers
+        top_ffn_grad = detail["top_layer_ffn_params"] * gb
+        if inputs.finetune != "full":  # only the adapters get gradients (fp32), layer by layer
+            head_grad, layer_grad = 0, grads // m.layers
+            top_ffn_grad = sum(inputs.lora_rank * (lin.fan_in + lin.fan_out) for lin in adapted_linears(inputs)
+                               if lin.group == "mlp") * ADAPTER_BYTES
 
         def phase(act, casts, grad):
             return {"activations": act, "weight_casts": casts, "gradients": grad, "optimizer_step": 0}
@@ -153,7 +169,7 @@ def training_peak(inputs: PlanInputs, attn: list[LayerAttention], z: Sizes,
                   ("top layer attention backward",
                    phase(fixed + stored - detail["layer_ffn_bytes"] * (not checkpointed)
                          + detail["backward_attention_transient_bytes"], layer_casts_live,
-                         head_grad + detail["top_layer_ffn_params"] * gb)),
+                         head_grad + top_ffn_grad)),
                   ("bottom layer backward", phase(fixed + stored // m.layers + transient, casts_layer,
                                                   head_grad + (m.layers - 1) * layer_grad)),
                   ("end of backward", phase(detail["model_level_bytes"], 0, grads))]
@@ -177,6 +193,7 @@ class LayerSaves:
     ffn_grads: int  # the MLP backward's transient
     moe_extra: int
     layer_input: int  # what full checkpointing keeps per layer
+    frozen_out_in: int = 0  # LoRA/QLoRA: o_proj's input that a frozen o_proj does not keep (subtracted)
 
 
 def layer_saves(inputs: PlanInputs, z: Sizes) -> LayerSaves:
@@ -211,6 +228,17 @@ def layer_saves(inputs: PlanInputs, z: Sizes) -> LayerSaves:
         moe_extra = m.moe_layers * (moe_save - worst_ffn) + dense_layers * (ffn_save - worst_ffn)
         ffn_save = worst_ffn
         ffn_grads = max(ffn_grads if dense_layers else 0, moe_backward_transient(shape, wb))
+    if inputs.finetune != "full":
+        # a frozen base (estimator/model/finetune.py): no linear keeps its input, no norm its scaled output; the
+        # adapters keep theirs; the MLP keeps gate, act(gate), up (SwiGLU) or fc1's output (GELU)
+        attn_adapters, mlp_adapters = adapter_saved_bytes(inputs, b * n, es, z.autocast)
+        if m.norm == "rmsnorm":
+            norm_save = m.norms_per_layer * (b * n_sp * m.hidden * 4 + b * n_sp * 4)
+        ffn_frozen = (3 if m.gated_ffn else 1) * b * n * z.F * es + mlp_adapters
+        ffn_grads += adapter_backward_bytes(inputs, b * n, z.autocast) + dequantised_weight_bytes(inputs)
+        return LayerSaves(norm=norm_save, attn_in=attn_adapters, ffn=ffn_frozen, ffn_grads=ffn_grads,
+                          moe_extra=0, layer_input=b * n_sp * m.hidden * rs,
+                          frozen_out_in=b * n * inputs.q_heads_per_gpu * m.v_head * es)
     return LayerSaves(norm=norm_save, attn_in=attn_in_saved, ffn=ffn_save, ffn_grads=ffn_grads, moe_extra=moe_extra,
                       layer_input=b * n_sp * m.hidden * rs)
 
@@ -249,7 +277,7 @@ def attention_layers_saved(inputs: PlanInputs, attn: list[LayerAttention], z: Si
             # the saved v is a view of the fused qkv_proj output: the whole (q, k, v) buffer stays alive beside
             # the rotated q and k the kernel saves
             qkv_saved += z.q + z.kv // 2
-        none_layer = saves.norm + saves.attn_in + qkv_saved + retained + saves.ffn
+        none_layer = saves.norm + saves.attn_in + qkv_saved + retained + saves.ffn - saves.frozen_out_in
         if none_layer > sum(worst.values()):
             worst = {"layer_attention_bytes": saves.attn_in + qkv_saved + retained, "layer_ffn_bytes": saves.ffn,
                      "layer_norms_bytes": saves.norm, "layer_attention_core_bytes": qkv_saved + retained}
@@ -262,7 +290,7 @@ def attention_layers_saved(inputs: PlanInputs, attn: list[LayerAttention], z: Si
         if inputs.checkpointing == "none":
             layer, bwd = none_layer, max(attn_bwd, saves.ffn_grads)
         elif inputs.checkpointing == "selective":  # attention core recomputed; q, k, v and out kept (§4.2)
-            layer = saves.norm + saves.attn_in + z.q + z.kv + z.q + saves.ffn
+            layer = saves.norm + saves.attn_in + z.q + z.kv + z.q + saves.ffn - saves.frozen_out_in
             bwd = max(est.peak_extra_bytes or 0, saves.ffn_grads)
         else:  # full, hf: keep each layer's input, recompute the layer during its backward
             layer, bwd = saves.layer_input, none_layer + max(attn_bwd, saves.ffn_grads)
@@ -335,5 +363,6 @@ def largest_allocation_bytes(inputs: PlanInputs, attn: list[LayerAttention], z: 
                   if a.memory.selected_backend in ("math", "eager") else 0) for a in attn) if attn else 0
     ffn = z.b * z.n * z.F * (4 if z.autocast and m.experts else z.es)
     state_bytes = 4 if training else z.es
-    embedding = z.V * m.hidden * state_bytes
+    # a frozen embedding (LoRA, QLoRA) gets no gradient or moments: no embedding-sized tensor is allocated
+    embedding = 0 if training and inputs.finetune != "full" else z.V * m.hidden * state_bytes
     return max(logits, scores, ffn, embedding)

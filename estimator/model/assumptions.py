@@ -6,6 +6,27 @@ from estimator.call.attention import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
 from estimator.model.inputs import PlanInputs
 
 
+def finetune_assumptions(inputs: PlanInputs) -> list[str]:
+    """The fine-tuning recipe's sentences (estimator/model/finetune.py, finetune_time.py)."""
+    out = []
+    if inputs.finetune != "full":
+        what = "QLoRA: the decoder linears in NF4 (bitsandbytes, blocksize 64, double quantisation), the rest bf16; " \
+            if inputs.finetune == "qlora" else "LoRA: "
+        out.append(f"{what}peft adapters of rank {inputs.lora_rank} on the {inputs.lora_targets} projections, in fp32 "
+                   "(peft's autocast_adapter_dtype), lora_dropout 0, enable_input_require_grads on; the base is "
+                   "frozen: no base gradients or optimizer state, and no frozen linear or norm keeps its input. "
+                   "Measured on the H200 with peft 0.21.2 and bitsandbytes 0.50.2 "
+                   "(validation/data/h200_hf_finetune_heldout.csv).")
+    if inputs.recipe is not None and inputs.recipe.fp8_linears:
+        out.append("fp8: torchao 0.18 float8 training (tensorwise) on the decoder linears, eager: bf16 weights and "
+                   "saved inputs as bf16-true; float8 GEMMs at 2x the bf16 rate and a measured eager host cost per "
+                   "linear (estimator/model/finetune_time.py).")
+    if inputs.compile:
+        out.append("--compile: planned as eager Hugging Face (memory and time); torch.compile's fusion and its "
+                   "recomputation choices are not modelled or measured here.")
+    return out
+
+
 def assumptions(inputs: PlanInputs) -> tuple[str, ...]:
     m = inputs.model
     out = ["Bytes are per GPU; FLOPs are for the whole model (PyTorch FlopCounterMode convention).",
@@ -40,6 +61,8 @@ def assumptions(inputs: PlanInputs) -> tuple[str, ...]:
                    "dropout 0; the loss over every position peaks in its backward at 12 bytes per logit "
                    "(saved fp32 log-softmax, fp32 gradients in and out) when the loop keeps only the loss, as the "
                    "HF Trainer does (measured on the H200).")
+    if inputs.mode == "training":
+        out.extend(finetune_assumptions(inputs))
     if any(w is not None for w in inputs.windows):
         out.append("Sliding window w: through SDPA (once seq_len >= w) Hugging Face passes a dense (1, 1, n, n) bool "
                    "mask, so flash cannot run and every score block is computed; through eager a float mask is "

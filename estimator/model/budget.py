@@ -15,6 +15,7 @@ from estimator.call.attention import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
 from estimator.call.config import KV_DTYPE_BITS, element_bytes
 from estimator.model.activations import inference_activations, largest_allocation_bytes, training_peak
 from estimator.model.assumptions import assumptions
+from estimator.model.finetune import trainable_params
 from estimator.model.inputs import ECHOED_INPUTS, PlanInputs, Sizes, gpu_of
 from estimator.model.layer_attention import LayerAttention, attention_layers
 from estimator.model.state import model_state
@@ -160,6 +161,7 @@ class Plan:
     communication: dict = field(default_factory=dict, hash=False)  # per kind (tp, cp, dp), links, decode per token
     time_split: dict = field(default_factory=dict, hash=False)  # ms per kernel class per phase (step_time.py)
     time_model: dict = field(default_factory=dict, hash=False)  # GPU the constants were measured on, error band
+    trainable_params: int = 0  # parameters the optimizer updates per GPU (LoRA/QLoRA: the adapters; 0 for inference)
     max_seq_len: int | None = None  # filled by make_plan's solvers
     max_batch: int | None = None
 
@@ -246,7 +248,8 @@ def budget(inputs: PlanInputs) -> Plan:
     times = plan_times(inputs, attn, gpu, params_gpu, weights, kv_cache, flops, unsupported=bool(unsupported))
     return Plan(
         inputs=inputs, supported=not unsupported, verdict=fit.text(), selected_backend=selected, params=m.params,
-        params_per_gpu=params_gpu, weights_bytes=weights, kv_cache_bytes=kv_cache,
+        params_per_gpu=params_gpu, trainable_params=trainable_params(inputs) if training else 0,
+        weights_bytes=weights, kv_cache_bytes=kv_cache,
         kv_cache_bytes_per_token=cdiv(per_token_bits, 8), kv_cache_bytes_per_sequence=cdiv(seq_bits, 8),
         attention_scores_bytes=scores_live, textbook_scores_bytes=textbook, activation_bytes=activations,
         gradient_bytes=grads, optimizer_bytes=optimizer, workspace_bytes=workspace, total_bytes=total,

@@ -24,6 +24,8 @@ from estimator.model.recipes import DEFAULT_PRECISION, OPTIMIZERS, PRECISIONS, P
 from estimator.model.specs import KV_LAYOUTS, ModelSpec
 
 MODES = ("inference", "training")
+FINETUNES = ("full", "lora", "qlora")  # estimator/model/finetune.py
+LORA_TARGETS = ("attention", "mlp", "all")
 CHECKPOINTING = ("none", "selective", "full", "hf")
 LOGITS = ("last", "all")
 # The smallest --gemm-efficiency / --hbm-efficiency taken: 1 % of the datasheet peak. Below it a plan's times are no
@@ -68,6 +70,12 @@ class PlanInputs:
     persistent_grads: bool = False  # training: gradients stay allocated between steps (zero_grad(set_to_none=False))
     kv_layout: str = "hf"  # KV cache: hf (as transformers 5.17 stores it) | latent (MLA c_kv + rope key) | per-head
     ep: int = 1  # expert parallel: each MoE layer's routed experts split ep ways (within the GPUs of a replica set)
+    # training: full | lora (peft LoRA on a frozen base) | qlora (LoRA over a bitsandbytes NF4 base);
+    # estimator/model/finetune.py
+    finetune: str = "full"
+    lora_rank: int = 16  # LoRA: the adapters' rank r
+    lora_targets: str = "all"  # LoRA: attention (q, k, v, o) | mlp (gate, up, down) | all
+    compile: bool = False  # training: each decoder layer under torch.compile (time only; memory as eager)
     # Not echoed in the plan's JSON `inputs` (docs/contract.md §3 keeps its keys):
     # GPUs one node joins by NVLink/PCIe; groups past it communicate over the network
     gpus_per_node: int = field(default=8, metadata=NOT_ECHOED)
@@ -93,7 +101,8 @@ class PlanInputs:
                 raise ValueError(f"{name}: unknown value {getattr(self, name)!r}; expected one of {', '.join(allowed)}")
             object.__setattr__(self, name, value)
         if self.mode == "training":
-            precision = DEFAULT_PRECISION[self.dtype] if self.precision is None else str(self.precision).strip().lower()
+            default = "bf16-true" if str(self.finetune).strip().lower() == "qlora" else DEFAULT_PRECISION[self.dtype]
+            precision = default if self.precision is None else str(self.precision).strip().lower()
             if precision not in PRECISIONS:
                 raise ValueError(f"precision: unknown value {self.precision!r}; expected one of "
                                  f"{', '.join(PRECISIONS)}")
@@ -101,6 +110,14 @@ class PlanInputs:
             object.__setattr__(self, "dtype", PRECISIONS[precision].compute_dtype)
         else:
             object.__setattr__(self, "precision", None)
+        for name, allowed in (("finetune", FINETUNES), ("lora_targets", LORA_TARGETS)):
+            value = str(getattr(self, name)).strip().lower()
+            if value not in allowed:
+                raise ValueError(f"{name}: unknown value {getattr(self, name)!r}; expected one of {', '.join(allowed)}")
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "lora_rank", check_positive_int("lora_rank", self.lora_rank, 1 << 16))
+        if not isinstance(self.compile, bool):
+            object.__setattr__(self, "compile", parse_bool("compile", self.compile))
         optimizer = str(self.optimizer).strip().lower()
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer: unknown value {self.optimizer!r}; expected one of {', '.join(OPTIMIZERS)}")
@@ -150,6 +167,10 @@ class PlanInputs:
             raise ValueError(f"tp: {tp} neither divides nor is a multiple of the {m.kv_heads} kv heads")
         if cp > self.seq_len:
             raise ValueError(f"cp: {cp} GPUs cannot split a sequence of {self.seq_len} tokens")
+        check_finetune(self)
+        if self.precision == "fp8" and get_gpu(self.gpu).compute_capability < (8, 9):
+            raise ValueError(f"precision: fp8 training needs FP8 tensor cores (compute capability 8.9 or newer); "
+                             f"{self.gpu} has {'.'.join(map(str, get_gpu(self.gpu).compute_capability))}")
 
     # Per-GPU shapes (properties, not stored fields).
     @property
@@ -198,6 +219,27 @@ PLAN_INPUT_DEFAULTS: dict = {f.name: f.default for f in fields(PlanInputs) if f.
 # The inputs `Plan.to_dict()` echoes, in field order (the model is echoed apart, by name)
 ECHOED_INPUTS: tuple[str, ...] = tuple(f.name for f in fields(PlanInputs)
                                        if f.name != "model" and f.metadata.get("echoed", True))
+
+
+def check_finetune(inputs: PlanInputs) -> None:
+    """ValueError naming the field where a LoRA/QLoRA plan is asked of a model or layout it does not model."""
+    if inputs.finetune == "full":
+        return
+    m = inputs.model
+    what = "LoRA" if inputs.finetune == "lora" else "QLoRA"
+    if inputs.mode != "training":
+        raise ValueError(f"finetune: {what} is a training recipe; give --mode training")
+    if m.kind != "decoder" or m.experts or m.mla or m.fused_qkv or m.fused_gate_up:
+        raise ValueError(f"finetune: {what} is modelled for dense decoders with separate q/k/v and MLP "
+                         f"projections (not {m.name})")
+    if inputs.tp > 1 or inputs.ep > 1:
+        raise ValueError(f"finetune: {what} is modelled without tensor or expert parallelism (tp = ep = 1)")
+    if inputs.finetune == "qlora" and inputs.precision != "bf16-true":
+        raise ValueError("precision: QLoRA computes in bf16 over a bf16 model (bf16-true); "
+                         f"got {inputs.precision}")
+    if inputs.precision in ("bf16-master", "16-mixed", "fp8"):
+        raise ValueError(f"precision: {what} is modelled with bf16-true, 16-true, bf16-mixed or 32-true, "
+                         f"not {inputs.precision}")
 
 
 def gpu_of(inputs: PlanInputs) -> GPU:

@@ -11,6 +11,13 @@ Precision names are Lightning's (`Trainer(precision=...)`), which HF Trainer and
 | 16-true     | fp16    | fp16      | -           | fp16    | the same in float16                                 |
 | 32-true     | fp32    | fp32      | -           | fp32    | everything in float32                               |
 | bf16-master | bf16    | bf16      | fp32        | bf16    | fp32 master weights and moments (DeepSpeed style)   |
+| fp8         | bf16    | bf16      | -           | fp8     | bf16-true, the decoder linears in torchao float8    |
+
+`fp8` is torchao's float8 training (torchao/float8/float8_linear.py, torchao 0.18.0; `convert_to_float8_training`
+with the default tensorwise scaling) on the decoder layers' linears of a bf16 model: each linear casts its input,
+weight and (in backward) output gradient to float8 with one dynamic scale per tensor, runs torch._scaled_mm, and
+saves the bf16 input and weight (`matmul_with_hp_or_float8_args.forward: ctx.save_for_backward(input_hp,
+weight_hp_t)`); the float8 copies are transients. Its activations and state are bf16-true's.
 
 Autocast (torch/csrc/autograd/autocast_mode.cpp, PyTorch 2.11) casts each fp32 weight that a matmul reads to the
 compute dtype once per forward and keeps the cast in a cache while the autocast region is open; autograd saves the
@@ -29,7 +36,7 @@ Optimizer state and step temporaries (torch/optim/adam.py, sgd.py, PyTorch 2.11)
 - `adamw-8bit` (bitsandbytes `AdamW8bit`, blockwise quantisation): two uint8 states per parameter plus one fp32
   absmax per 256-element block per state (bitsandbytes/optim/optimizer.py `Optimizer2State`, blocksize 256);
   tensors under 4,096 elements keep fp32 states (`min_8bit_size`); dequantised in registers (no temporaries).
-  Modelled from the source: bitsandbytes is not installed on the GPU we measured on.
+  Modelled from the source (bitsandbytes 0.50.2); measured on the H200 (validation/data/h200_hf_finetune.csv).
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ class Precision:
     autocast: bool  # fp32 weights cast per matmul (16-bit copies saved for backward); fp32 residual stream
     master_dtype: str | None = None  # an fp32 copy of the weights the optimizer updates (bf16-master)
     grad_scaler: bool = False
+    fp8_linears: bool = False  # torchao float8 training: the decoder linears' GEMMs in float8 (transient casts)
 
     @property
     def weight_bytes(self) -> int:
@@ -74,6 +82,7 @@ PRECISIONS = {p.name: p for p in (
     Precision("16-true", "float16", "float16", autocast=False),
     Precision("32-true", "float32", "float32", autocast=False),
     Precision("bf16-master", "bfloat16", "bfloat16", autocast=False, master_dtype="float32"),
+    Precision("fp8", "bfloat16", "bfloat16", autocast=False, fp8_linears=True),
 )}
 # the precision a training plan uses when only --dtype is given
 DEFAULT_PRECISION = {"bfloat16": "bf16-mixed", "float16": "16-mixed", "float32": "32-true"}

@@ -5,6 +5,7 @@ figures and their sources)."""
 from __future__ import annotations
 
 from estimator.call.config import element_bytes
+from estimator.model.finetune import ADAPTER_BYTES, adapter_tensor_sizes, base_weight_bytes, trainable_params
 from estimator.model.inputs import PlanInputs
 from estimator.model.recipes import optimizer_state_bytes, optimizer_step_transient_bytes
 from estimator.units import cdiv
@@ -20,12 +21,28 @@ def model_state(inputs: PlanInputs) -> tuple[int, int, int]:
     recipe = inputs.recipe
     if recipe is None:
         return params * element_bytes(inputs.dtype), 0, 0
+    if inputs.finetune != "full":
+        return _adapter_state(inputs)
     dp, z, m, wb = inputs.dp, inputs.zero, inputs.model, recipe.weight_bytes
     weights = params * wb if z < 3 else cdiv(params * wb, dp) + 2 * (params // m.layers) * wb
     grads = params * wb if z < 2 else cdiv(params * wb, dp)
     optimizer = optimizer_state_bytes(inputs.optimizer, params, recipe.optimizer_param_bytes)
     if recipe.master_dtype:
         optimizer += params * 4
+    return weights, grads, optimizer if z < 1 else cdiv(optimizer, dp)
+
+
+def _adapter_state(inputs: PlanInputs) -> tuple[int, int, int]:
+    """LoRA / QLoRA: the frozen base (estimator/model/finetune.py `base_weight_bytes`) + fp32 adapters; fp32
+    adapter gradients and the optimizer's state of the adapters (ZeRO shards these as for full fine-tuning; stage
+    3 the base too)."""
+    dp, z = inputs.dp, inputs.zero
+    trainable = trainable_params(inputs)
+    base = base_weight_bytes(inputs)
+    adapters = trainable * ADAPTER_BYTES
+    weights = base + adapters if z < 3 else cdiv(base + adapters, dp)
+    grads = adapters if z < 2 else cdiv(adapters, dp)
+    optimizer = optimizer_state_bytes(inputs.optimizer, trainable, ADAPTER_BYTES, adapter_tensor_sizes(inputs))
     return weights, grads, optimizer if z < 1 else cdiv(optimizer, dp)
 
 
@@ -36,6 +53,9 @@ def optimizer_step_bytes(inputs: PlanInputs) -> tuple[int, int]:
     params = inputs.model.params_per_gpu(inputs.tp, inputs.ep)
     recipe = inputs.recipe
     _, grads, _ = model_state(inputs)
+    if inputs.finetune != "full":
+        transient = optimizer_step_transient_bytes(inputs.optimizer, trainable_params(inputs), ADAPTER_BYTES)
+        return grads, transient if inputs.zero < 1 else cdiv(transient, inputs.dp)
     if recipe.master_dtype:
         grads = params * 4 if inputs.zero < 2 else cdiv(params * 4, inputs.dp)
     transient = optimizer_step_transient_bytes(inputs.optimizer, params, recipe.optimizer_param_bytes)

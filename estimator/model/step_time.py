@@ -39,7 +39,9 @@ from typing import TYPE_CHECKING
 
 from estimator.call.config import DTYPE_BITS
 from estimator.hardware import GPU
+from estimator.model import finetune_time as ft
 from estimator.model import layer_passes as passes
+from estimator.model.finetune import trainable_params
 from estimator.model.kernel_prices import KernelConstants, Kernels
 from estimator.units import cdiv
 
@@ -229,6 +231,12 @@ def _forward_pass(st: _Step) -> tuple[passes.Pass, list, int]:
             if count <= 0:
                 continue
             lp = passes.layer_forward(inputs, kern, T, dtype, autocast, moe, st.core(a, which_fwd), backend)
+            if ft.frozen(inputs):  # LoRA / QLoRA adapters, QLoRA's dequantisation (finetune_time.py)
+                ft.adapter_forward(lp, kern, inputs, T, autocast)
+                g, kn = ft.dequantise_ms(kern, inputs)
+                lp.add("memory_bound", g, kern.k.launch_floor_ms * kn, kn)
+            if ft.fp8(inputs):
+                ft.fp8_forward(lp, kern, inputs, T, dtype)
             if a.kv_repeat_bytes:
                 passes.mem(lp, kern, "copy", a.kv_repeat_bytes / st.es, dtype)
             if m.attention_sinks and backend == "eager" and a.timing is not None:
@@ -268,9 +276,17 @@ def _backward_pass(st: _Step, per_kind_layers: list, rows: int) -> passes.Pass:
     for a, moe, count, lp in per_kind_layers:
         core_fb = st.core(a, "timing")
         core_f = st.core(a, "forward_timing")
-        lb = passes.backward_of(lp, kern, passes.gemm_backward_ms(inputs, kern, T, dtype, moe, autocast),
-                                max(core_fb - core_f, 0.0))
-        if autocast:  # AccumulateGrad: the 16-bit weight gradients cast into the fp32 .grad
+        gemm_bwd = passes.gemm_backward_ms(inputs, kern, T, dtype, moe, autocast)
+        if ft.frozen(inputs):  # no weight gradients for the base; the adapters' four GEMMs
+            gemm_bwd += (ft.adapter_backward_gemm_ms(kern, inputs, T, autocast)
+                         - ft.base_grad_weight_ms(kern, inputs, T, dtype))
+        lb = passes.backward_of(lp, kern, gemm_bwd, max(core_fb - core_f, 0.0))
+        if ft.frozen(inputs):  # backward_of doubled the forward's dequantisation: backward dequantises once
+            g, kn = ft.dequantise_ms(kern, inputs)
+            lb.add("memory_bound", -g * (passes.BACKWARD_MEMORY_FACTOR - 1), 0.0, 0)
+        if ft.fp8(inputs):
+            ft.fp8_backward(lb, kern, inputs, T, dtype)
+        if autocast and not ft.frozen(inputs):  # AccumulateGrad: the 16-bit weight gradients cast into the fp32 .grad
             lparams = sum(n_ * k_ * c for n_, k_, c in passes.linear_shapes(inputs)[0] if n_ > 1)
             lparams += (cdiv(m._attention_matmul_params(), inputs.tp) if m.kv_lora_rank else 0)
             ffn_params = (3 if m.gated_ffn else 2) * H * cdiv(m.ffn, inputs.tp)
@@ -282,12 +298,13 @@ def _backward_pass(st: _Step, per_kind_layers: list, rows: int) -> passes.Pass:
             lb.add("attention", core_f, 0.0, 0)
         bwd.merge(lb, count)
     # head and loss backward, embedding backward (zeroed V×H gradient + scatter-add)
-    for kind in ("grad_input", "grad_weight"):
+    for kind in ("grad_input",) if ft.frozen(inputs) else ("grad_input", "grad_weight"):
         bwd.add("gemm", kern.gemm_ms(rows, V, H, dtype, kind), kern.k.matmul_floor_ms, 1)
     g, kn = kern.mem_ms("cross_entropy_fwd_bwd", rows * V, "float32")
     bwd.add("memory_bound", g * 2 / 3, kern.k.launch_floor_ms * 3, 3)
     passes.mem(bwd, kern, "cast_bf16_fp32", rows * V)
-    passes.mem(bwd, kern, "copy", V * H, "float32" if autocast else dtype)
+    if not ft.frozen(inputs):  # the embedding's zeroed gradient (a frozen embedding has none)
+        passes.mem(bwd, kern, "copy", V * H, "float32" if autocast else dtype)
     passes.mem(bwd, kern, "add", T * H, st.rdt)
     return bwd
 
@@ -297,7 +314,13 @@ def _optimizer_pass(st: _Step, params_gpu: int) -> passes.Pass:
     inputs, kern, recipe = st.inputs, st.kern, st.inputs.recipe
     opt = passes.Pass()
     upd_dtype = "float32" if recipe and recipe.optimizer_param_bytes == 4 else st.dtype
-    opt.add("optimizer", kern.optimizer_ms(inputs.optimizer, upd_dtype, params_gpu), kern.k.launch_floor_ms, 1)
+    if ft.frozen(inputs):  # the fp32 adapters only
+        params_gpu, upd_dtype = trainable_params(inputs), "float32"
+    if inputs.optimizer == "adamw-8bit":  # measured (finetune_time.BNB_ADAMW8BIT_MS_PER_1E9)
+        scale = kern.bw_scale if kern.bw_scale is not None else kern.k.ref_hbm / kern.gpu.hbm_bytes_per_s
+        opt.add("optimizer", ft.BNB_ADAMW8BIT_MS_PER_1E9 * params_gpu / 1e9 * scale, kern.k.launch_floor_ms, 1)
+    else:
+        opt.add("optimizer", kern.optimizer_ms(inputs.optimizer, upd_dtype, params_gpu), kern.k.launch_floor_ms, 1)
     if recipe and recipe.grad_scaler:  # unscale_ + inf check: read and write every fp32 gradient
         passes.mem(opt, kern, "mul", params_gpu, "float32")
     if recipe and recipe.master_dtype:  # grads to fp32 masters, masters copied back to the 16-bit weights

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from estimator.call.config import element_bytes
 from estimator.hardware import GPU
+from estimator.model.finetune import trainable_params
 from estimator.units import cdiv
 
 if TYPE_CHECKING:
@@ -30,7 +31,8 @@ def plan_flops(inputs: PlanInputs, attn: list[LayerAttention], *, unsupported: b
     """Whole-model FLOPs, PyTorch FlopCounterMode convention (2 per multiply-add; attention 4·B·H·L·S·D per
     layer, causal not halved). `forward_executed` scales each layer's attention by the estimator's
     executed/counted ratio (fused kernels skip masked causal tiles). Training step = 3 × forward
-    (Narayanan et al. 2021, eq. 3) + one more forward under full recompute (+ the attention core under selective)."""
+    (Narayanan et al. 2021, eq. 3) + one more forward under full recompute (+ the attention core under selective);
+    LoRA/QLoRA: less the frozen linears' weight-gradient GEMMs, plus the adapters' forward and backward."""
     m, B, N = inputs.model, inputs.batch, inputs.seq_len
     attn_mat = m._attention_matmul_params()  # q, k, v, o (MLA: its down/up projections; v width v_head_dim)
     ffn_mat, moe_mat = ffn_matmul_params(m)
@@ -55,6 +57,8 @@ def plan_flops(inputs: PlanInputs, attn: list[LayerAttention], *, unsupported: b
     if inputs.mode == "training":
         step = 3 * forward + (forward if inputs.checkpointing == "full" else 0)
         step += core if inputs.checkpointing == "selective" else 0
+        if inputs.finetune != "full":  # a frozen base computes no weight gradients; the adapters' 3 x 2 FLOPs each
+            step += -(proj + ffn + embed) + 6 * B * N * trainable_params(inputs)
     decode = None
     if m.kind == "decoder":  # one new token of one sequence, attending over a cache of min(N, window) tokens
         decode = (2 * (attn_mat * m.layers + ffn_mat * dense_layers + moe_mat * m.moe_layers) + 2 * m.hidden * m.vocab

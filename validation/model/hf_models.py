@@ -20,7 +20,9 @@ Memory columns (CUDA only; empty on CPU), all exact integers from torch.cuda's c
                    for fragmentation (not reset by empty_cache between cases: we empty the cache after each case).
 
 The training and prefill protocols (their phases, precisions and optimizers) are those of
-`validation.model.hf_runs`, which runs one case.
+`validation.model.hf_runs`, which runs one case. Fine-tuning cases (columns `finetune` full | lora | qlora,
+`lora_rank`, `lora_targets`; precision `fp8`) get their recipe from `validation.model.hf_finetune` right after the
+build, so `weights_bytes` holds the quantised base and the adapters; `trainable_params` counts what trains.
 flex_attention: torch._dynamo.reset() before each flex case unless no_reset=1; recompile_limit is recorded.
 Errors: OutOfMemoryError / "out of memory" -> status `oom`, `phase` says where (peak_at_oom_bytes = the peak
 before the failed allocation); other exceptions -> `error` with a one-line reason. Everything is freed after each
@@ -42,6 +44,7 @@ import torch
 
 from validation.errors import is_oom, typed_line
 from validation.model.hf_configs import FAMILIES, dump_config, family_config, layer_kinds, to_hf_config
+from validation.model.hf_finetune import MissingLibrary, apply_finetune
 from validation.model.hf_runs import PRECISIONS, Dev, PhaseBox, Unsupported, run_prefill, run_train, sub_or_none
 from validation.model.hf_suites import SUITES
 from validation.model.hf_vision import build as build_vision
@@ -49,9 +52,10 @@ from validation.model.hf_vision import is_vision, set_trainable, vision_config
 from validation.model.hf_vision import tokens as vision_tokens
 
 CASE_COLUMNS = ["family", "layers", "attn_implementation", "mode", "precision", "optimizer", "checkpointing",
-                "seq_len", "batch", "decode_tokens", "overrides", "no_reset", "image_size", "images", "trainable"]
+                "seq_len", "batch", "decode_tokens", "overrides", "no_reset", "image_size", "images", "trainable",
+                "finetune", "lora_rank", "lora_targets"]
 RESULT_COLUMNS = [
-    "status", "reason", "phase", "n_params", "model_type", "experts_implementation", "layer_types",
+    "status", "reason", "phase", "n_params", "trainable_params", "model_type", "experts_implementation", "layer_types",
     "baseline_bytes", "weights_bytes", "state_bytes", "peak_step1_bytes", "peak_forward_bytes",
     "after_forward_bytes", "peak_backward_bytes", "peak_optimizer_bytes", "peak_bytes", "peak_reserved_bytes",
     "peak_at_oom_bytes", "input_bytes", "logits_bytes", "kv_cache_bytes", "cache_tensor_bytes", "peak_decode_bytes",
@@ -91,6 +95,10 @@ def normalize_case(case: dict) -> dict:
     c["image_size"] = str(c["image_size"] or "").strip()  # vision families (validation.model.hf_vision)
     c["images"] = int(c["images"] or 0)
     c["trainable"] = str(c["trainable"] or "").strip() or "all"
+    # fine-tuning recipes (validation.model.hf_finetune)
+    c["finetune"] = str(c["finetune"] or "").strip() or "full"
+    c["lora_rank"] = int(c["lora_rank"] or 16)
+    c["lora_targets"] = str(c["lora_targets"] or "").strip() or "all"
     return c
 
 
@@ -100,7 +108,7 @@ def load_dtype(case: dict) -> torch.dtype:
     p = case["precision"]
     if p in ("bf16-mixed", "16-mixed", "32-true"):
         return torch.float32
-    if p in ("bf16-true", "bf16-master"):
+    if p in ("bf16-true", "bf16-master", "fp8") or case.get("finetune") == "qlora":
         return torch.bfloat16
     if p == "16-true":
         return torch.float16
@@ -135,7 +143,9 @@ class ModelSlot:
         own = json.dumps(case["config"], sort_keys=True) if case.get("config") else ""
         return (case["family"], case["layers"], case["overrides"], case["attn_implementation"], load_dtype(case),
                 case["image_size"] if case["family"].startswith("vit") else "",
-                case["trainable"] if case["mode"] == "train" else "all", own)
+                case["trainable"] if case["mode"] == "train" else "all", own,
+                (case["finetune"], case["lora_rank"], case["lora_targets"], case["precision"] == "fp8")
+                if case["mode"] == "train" else ("full",))
 
     def config_of(self, case) -> dict:
         """The config dict the case builds: its own `config` (a user's config.json, `validation model --config`,
@@ -165,12 +175,16 @@ class ModelSlot:
         with torch.device(self.dev.device):
             model = AutoModelForCausalLM.from_config(hf_cfg, attn_implementation=case["attn_implementation"],
                                                      dtype=load_dtype(case))
+        if case["mode"] == "train" and (case["finetune"] != "full" or case["precision"] == "fp8"):
+            model = apply_finetune(model, case, self.dev.device)
+            self.dev.empty_cache()
         self.dev.sync()
         build_s = time.perf_counter() - t
         after = self.dev.allocated()
         self.model, self.key = model, key
         self.info = {
             "n_params": sum(p.numel() for p in model.parameters()),
+            "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
             "model_type": cfg["model_type"],
             "experts_implementation": getattr(model.config, "_experts_implementation", None)
             if _is_moe(cfg) else "",
@@ -268,6 +282,7 @@ def run_case(case: dict, slot: ModelSlot, dev: Dev, row: dict, run_fn=None, box:
         model, info, built = slot.get(case)
         if "vision_cfg" in info:
             row["vision_tokens"], row["lm_tokens"] = vision_tokens(info["vision_cfg"], case)
+        row["trainable_params"] = info.get("trainable_params", "")
         for k in ("n_params", "model_type", "experts_implementation", "layer_types", "baseline_bytes",
                   "weights_bytes"):
             row[k] = info[k]
@@ -278,7 +293,7 @@ def run_case(case: dict, slot: ModelSlot, dev: Dev, row: dict, run_fn=None, box:
         fn(model, info, case, dev, row, box)
         row["status"] = "ok"
         row["phase"] = ""
-    except Unsupported as e:
+    except (Unsupported, MissingLibrary) as e:
         row.update(status="unsupported", reason=str(e), phase=box.phase)
     except Exception as e:  # noqa: BLE001 - every failure becomes a row
         if is_oom(e):

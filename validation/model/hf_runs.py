@@ -23,6 +23,9 @@ Precisions (Lightning names):
   16-mixed    fp32 weights; autocast float16; torch.amp.GradScaler: scale(loss).backward(), scaler.step(opt),
               scaler.update(). (On CPU torch 2.13 has fp16 autocast and a CPU GradScaler, so it runs there too.)
   bf16-true / 16-true  model built in bf16 / fp16; optimizer on those params (its state in that dtype).
+  fp8         bf16 model, torchao float8 training on the decoder layers' linears (validation.model.hf_finetune).
+Fine-tuning (`finetune` lora / qlora, validation.model.hf_finetune): the optimizer gets the trainable parameters
+(the adapters) only.
   32-true     fp32 everything, no autocast.
   bf16-master bf16 model; an fp32 master copy of each parameter (p.detach().float()), optimizer over the masters.
               After backward, for each parameter in order: master.grad = p.grad.float(); p.grad = None. Then
@@ -49,7 +52,7 @@ import time
 
 import torch
 
-PRECISIONS = ("bf16-mixed", "16-mixed", "bf16-true", "16-true", "32-true", "bf16-master")
+PRECISIONS = ("bf16-mixed", "16-mixed", "bf16-true", "16-true", "32-true", "bf16-master", "fp8")
 OPTIMIZERS = ("adamw", "adamw-fused", "sgd", "adamw-8bit")
 SLOW_S = 5.0  # a first call longer than this is timed once only
 

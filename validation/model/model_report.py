@@ -44,6 +44,8 @@ def plan_row(row: dict):
     training = row["mode"] == "train"
     kw = dict(precision=row["precision"], optimizer=row["optimizer"],
               checkpointing=CHECKPOINTING_OF[row["checkpointing"]]) if training else dict(dtype="bfloat16")
+    if training and str(row.get("finetune") or "full") != "full":  # validation.model.hf_finetune's cases
+        kw.update(finetune=row["finetune"], lora_rank=int(float(row["lora_rank"])), lora_targets=row["lora_targets"])
     inputs = PlanInputs(model=model, seq_len=int(row["seq_len"]), batch=int(row["batch"]),
                         mode="training" if training else "inference",
                         backend=BACKEND_OF[row["attn_implementation"]], gpu="h200", **kw)
@@ -59,6 +61,8 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
             continue
         rec = {k: row[k] for k in ("family", "layers", "attn_implementation", "mode", "precision", "optimizer",
                                    "checkpointing", "seq_len", "batch", "status")}
+        if str(row.get("finetune") or "full") != "full":
+            rec.update({k: row[k] for k in ("finetune", "lora_rank", "lora_targets")})
         try:
             plan = plan_row(row)
         except ValueError as exc:
@@ -156,8 +160,11 @@ def markdown(result: pd.DataFrame, sources: list[str]) -> str:
         err = "" if err is None or pd.isna(err) else f"{err:+.1%}"
         if r.get("plan_error"):
             err = "refused: " + str(r["plan_error"])[:60]
+        recipe = r["precision"]
+        if str(r.get("finetune") or "nan") not in ("nan", "", "full"):  # validation.model.hf_finetune's cases
+            recipe += f", {r['finetune']} r{int(float(r['lora_rank']))} {r['lora_targets']}"
         lines.append(f"| {r['family']} | {r['layers']} | {r['attn_implementation']} | {r['mode']} | "
-                     f"{r['precision']} | {r['optimizer']} | {r['checkpointing']} | {r['seq_len']} | {r['batch']} | "
+                     f"{recipe} | {r['optimizer']} | {r['checkpointing']} | {r['seq_len']} | {r['batch']} | "
                      f"{r['status']} | {gib(r.get('measured_peak_bytes'))} | {gib(r.get('planned_peak_bytes'))} | "
                      f"{err} | {_time_cell(r)} |")
     return "\n".join(lines) + "\n"

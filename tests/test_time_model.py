@@ -152,7 +152,7 @@ def test_h200_call_time_on_the_last_held_out_set():
 
 # --- one attention call's time (estimator/call/timing.py) and decode's cuDNN graph builds ------------------------
 
-CALL_SETS = ("calibration", "heldout", "heldout2", "heldout3", "heldout4", "heldout5")  # timing.FIT_FACTORS' fit
+CALL_SETS = ("calibration", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "long_calls")  # the fit
 
 
 def test_fit_time_reproduces_the_committed_factors():

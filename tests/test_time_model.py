@@ -91,7 +91,8 @@ def test_communication_links_and_overlap():
 def _report(paths):
     from validation.model.model_report import compare
 
-    df = pd.concat([pd.read_csv(p, dtype=str, keep_default_na=False) for p in paths], ignore_index=True)
+    df = pd.concat([pd.read_csv(p, dtype=str, keep_default_na=False).assign(_source=str(p)) for p in paths],
+                   ignore_index=True)
     return compare(df)
 
 
@@ -120,13 +121,18 @@ def test_h200_whole_model_times_on_the_last_held_out_set():
 
 def test_h200_decode_on_the_held_out_decode_set():
     """validation/data/h200_hf_decode_heldout_p1.csv and _p2.csv: 12 configs measured twice, in two processes, after the
-    host-bound decode model was committed. Median |error| 13% (15/24 within 15%); the two processes themselves
-    differ by up to 1.75x on one config, which is why the decode error band is wide. Their prefills: 24/24."""
+    host-bound decode model was committed. The headline (decode as generate runs it, a cuDNN graph per new length)
+    against the measured first pass: median |error| 9.4%, 24/24 within 30%, 17/24 within 15% (the gemma-3 and
+    mixtral rows ran on graphs an earlier case of their process had built: compared with the steady step). The two
+    processes themselves differ by up to 1.75x on one config, which is why the decode error band is wide. Their
+    prefills: 24/24."""
     from estimator.model.step_time import TIME_ERROR_BAND
 
     result = _report([DATA / "h200_hf_decode_heldout_p1.csv", DATA / "h200_hf_decode_heldout_p2.csv"])
     err = result["decode_err"].dropna()
-    assert len(err) == 24 and err.abs().median() <= 0.15 and (err.abs() <= 0.15).mean() >= 0.6
+    assert len(err) == 24 and err.abs().median() <= 0.12 and (err.abs() <= 0.3).mean() >= 0.95
+    assert (err.abs() <= 0.15).mean() >= 0.65
+    assert result["prebuilt_decode"].sum() == 4  # gemma-3 after gemma-2, mixtral after llama, in both processes
     assert (result["prefill_err"].dropna().abs() <= 0.15).all()
     ratio = 1 / (1 + err) - 1  # measured / planned - 1
     lo, hi = TIME_ERROR_BAND["decode"]
@@ -267,23 +273,30 @@ def test_small_math_backward_is_bound_by_its_kernel_launches():
     assert 0.8 < t < 1.6
 
 
-def test_decode_first_pass_pays_a_cudnn_graph_build_per_step_on_a_growing_cache():
+def test_decode_headline_pays_a_cudnn_graph_build_per_step_on_a_growing_cache():
     from estimator.model.step_time import CUDNN_GRAPH_BUILD_MS, decode_graph_builds
 
     sdpa, eager = _plan(seq_len=16384), _plan(seq_len=16384, backend="eager")
-    # each decode step calls SDPA with a new kv length: cuDNN (bf16, H200) builds a new graph the first time a
-    # process sees that length; a serving process that has seen it decodes at the steady-state time
-    assert sdpa.decode_first_pass_ms_per_token - sdpa.decode_time_ms_per_token == pytest.approx(CUDNN_GRAPH_BUILD_MS)
-    assert eager.decode_first_pass_ms_per_token == pytest.approx(eager.decode_time_ms_per_token)
+    # each decode step of generate calls SDPA with a new kv length: cuDNN (bf16, H200) builds a new graph; the
+    # headline is that step, the steady state (every length seen before) is given beside it
+    assert sdpa.decode_time_ms_per_token - sdpa.decode_steady_ms_per_token == pytest.approx(CUDNN_GRAPH_BUILD_MS)
+    assert sdpa.decode_first_pass_ms_per_token == sdpa.decode_time_ms_per_token  # the older key, same figure
+    assert sdpa.decode_graph_builds_per_step == 1 and eager.decode_graph_builds_per_step == 0
+    assert eager.decode_time_ms_per_token == pytest.approx(eager.decode_steady_ms_per_token)
+    # the alternatives under their own keys: flash has no per-length graph, a static cache one length
+    assert sdpa.decode_forced_flash_ms_per_token < sdpa.decode_time_ms_per_token - 0.9 * CUDNN_GRAPH_BUILD_MS
+    assert sdpa.decode_static_cache_ms_per_token < sdpa.decode_time_ms_per_token - 0.9 * CUDNN_GRAPH_BUILD_MS
+    assert sdpa.decode_first_step_ms > sdpa.decode_time_ms_per_token + 300  # the process's first build
     # a full sliding window keeps the cache length constant (DynamicSlidingWindowLayer): built once, nothing per
     # step (mistral-7b: window 4,096); before the window fills, the cache grows and every step builds
     def extra(plan):
-        return plan.decode_first_pass_ms_per_token - plan.decode_time_ms_per_token
+        return plan.decode_time_ms_per_token - plan.decode_steady_ms_per_token
 
     full = extra(_plan(model=get_preset("mistral-7b"), seq_len=24576))
     filling = extra(_plan(model=get_preset("mistral-7b"), seq_len=2048))
     assert full == pytest.approx(0.0) and filling == pytest.approx(CUDNN_GRAPH_BUILD_MS)
     assert extra(_plan(seq_len=4096, dtype="float32")) == pytest.approx(0.0)  # fp32 never runs on cuDNN
+    assert _plan(seq_len=4096, dtype="float32").decode_forced_flash_ms_per_token is None  # flash has no fp32
     # llama-3-8b has one layer shape: one graph a step through SDPA (cuDNN on the H200), none through eager
     llama = PlanInputs(model=get_preset("llama-3-8b"), seq_len=16384, gpu="h200")
     assert decode_graph_builds(llama, attention_layers(llama), get_gpu("h200")) == 1

@@ -167,7 +167,8 @@ def fit_decode(frames: list[pd.DataFrame]) -> tuple[float, float, list[float]]:
         for per_kernel in DECODE_KERNEL_GRID:
             for model in DECODE_MODEL_GRID:
                 step_time.DECODE_KERNEL_HOST_MS, step_time.DECODE_MODEL_PYTHON_MS = per_kernel, model
-                errs = [plan_row(r).decode_time_ms_per_token / float(r["decode_warm_ms_per_token"]) - 1 for r in rows]
+                errs = [plan_row(r).decode_steady_ms_per_token / float(r["decode_warm_ms_per_token"]) - 1
+                        for r in rows]
                 score = float(np.mean(np.log1p(errs) ** 2))
                 if best is None or score < best[0]:
                     best = (score, per_kernel, model, [round(e, 3) for e in errs])

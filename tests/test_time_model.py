@@ -347,3 +347,53 @@ def test_decode_is_host_bound_at_the_profiled_cost_per_kernel():
     per_kernel = per_step.wall / (per_step.calls / per_step.steps)
     assert len(per_step) == 10 and (per_step.gpu / per_step.steps < 0.5 * per_step.wall).all()
     assert abs(per_kernel.median() / DECODE_KERNEL_HOST_MS - 1) < 0.1
+
+
+# --- long calls (the power cap) and decode's regimes, against the H200 measurements that set them ---------------
+
+def test_long_calls_pay_the_power_capped_rate_past_the_threshold():
+    """validation/data/h200_long_calls.csv: 40 calls of 32k-256k tokens (the fit set of the power-cap and
+    short-query terms): median |error| 2.7%, and the cuDNN prefill shape is within 8% at 32k-256k."""
+    from estimator.call.timing import POWER_CAP_AFTER_MS
+
+    err = _relative_errors(pd.read_csv(DATA / "h200_long_calls.csv", dtype=str, keep_default_na=False))
+    assert len(err) == 40 and float(pd.Series(err).median()) < 0.04
+    # cuDNN causal, 32/8 heads: quadrupling the work past the threshold costs more than 4x (the capped clock)
+    t32, t64, t128 = (_call_time(q_heads=32, kv_heads=8, q_len=n, kv_len=n, causal=True) for n in (32768, 65536,
+                                                                                                   131072))
+    assert t128 / t64 > 4.05 and t64 / t32 > 4.05 and POWER_CAP_AFTER_MS > 0
+    assert abs(t128 / 251.4 - 1) < 0.08 and abs(t64 / 58.7 - 1) < 0.08  # measured 251.4 ms and 58.7 ms
+    # a short call never reaches the cap: its time scales with its work
+    t4, t8 = (_call_time(q_heads=16, kv_heads=16, q_len=n, kv_len=n, causal=True) for n in (4096, 8192))
+    assert t8 / t4 < 4.0
+
+
+def test_decode_regimes_match_the_measured_llama_stacks():
+    """validation/data/h200_decode_probe_hf.csv: a 4-layer Llama-3.1-8B, 32k-token cache, 10 steps per stack
+    (`python -m validation.timing.decode_probe`): generate 42.6 ms (median), the same lengths again 5.5, forced
+    flash 5.8, StaticCache 5.1; its first step 644 ms. Each regime's planned step within the decode band."""
+    from estimator.model.step_time import TIME_ERROR_BAND
+    from validation.model.model_report import plan_row
+
+    h = pd.read_csv(DATA / "h200_decode_probe_hf.csv")
+    med = h[h.step > 1].groupby("backend").ms.median()
+    plan = plan_row(dict(family="llama-3.1-8b", layers="4", overrides="", mode="prefill", precision="bf16-true",
+                         optimizer="adamw", checkpointing="none", seq_len="32768", batch="1",
+                         attn_implementation="sdpa"))
+    lo, hi = TIME_ERROR_BAND["decode"]
+    for stack, key in (("dynamic_auto", "decode_time_ms_per_token"), ("dynamic_auto_again",
+                       "decode_steady_ms_per_token"), ("dynamic_flash", "decode_forced_flash_ms_per_token"),
+                       ("static_auto", "decode_static_cache_ms_per_token")):
+        ratio = med[stack] / getattr(plan, key) - 1  # measured / planned - 1
+        assert lo <= ratio <= hi, (stack, ratio)
+    first = float(h[(h.backend == "dynamic_auto") & (h.step == 1)].ms.iloc[0])
+    assert 0.6 < plan.decode_first_step_ms / first < 1.2
+
+
+def test_the_plan_says_where_no_measurement_stands_behind_it():
+    from estimator.model.assumptions import LONGEST_MEASURED_CALL_TOKENS
+
+    inside = _plan(seq_len=131072)
+    past = _plan(seq_len=2 * LONGEST_MEASURED_CALL_TOKENS)
+    assert not any("past the longest attention call" in a for a in inside.assumptions)
+    assert any("past the longest attention call" in a for a in past.assumptions)

@@ -296,8 +296,8 @@ def format_table(plan: Plan, result: dict) -> str:
         lines.append(f"  decode {plan.decode_time_ms_per_token:,.3f} ms per step ({plan.decode_tokens_per_s:,.0f} "
                      f"tokens/s), {plan.decode_flops_per_token:.3e} FLOPs per token")
         if plan.decode_graph_builds_per_step:
-            lines.append(f"    (as generate runs it: a new cache length every step, {plan.decode_graph_builds_per_step} "
-                         "cuDNN graph build(s) a step)")
+            lines.append(f"    (as generate runs it: a new cache length every step, "
+                         f"{plan.decode_graph_builds_per_step} cuDNN graph build(s) a step)")
         for key, label in (("decode_steady_ms_per_token", "every cache length seen before"),
                            ("decode_forced_flash_ms_per_token", "single-token calls forced to flash"),
                            ("decode_static_cache_ms_per_token", "a StaticCache (one length, one graph)")):

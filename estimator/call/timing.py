@@ -16,7 +16,7 @@ time = max(GPU work, host dispatch, serial chain) + overhead, per (backend, mode
   - wide compute: the same for unmasked 16-bit calls with head_dim > 128 (those kernels run smaller tiles, and the
     efficient backward keeps dK/dV in global memory: a 16-bit efficient backward at head_dim 160 runs ~5x slower
     per FLOP than at 128 on the H200).
-  - short-query compute: the same padded compute for calls whose query is shorter than the kernel's query tile
+  - short-query compute: the same padded compute for unmasked calls whose query is shorter than the query tile
     (decode-shaped calls, q_len 1-4 over a long cache): their time is the key loop, not tensor-core work at a
     prefill's rate, so they get their own factor (fitted together with the prefill-shaped calls, one factor had to
     serve both, and long prefill calls on cuDNN came out 33-50% low).
@@ -73,19 +73,19 @@ FLEX_FLOP_SHARE = 0.85  # flex's FLOP rate relative to flash's (the FlexAttentio
 # naive-rate compute ms of one call after which the power-capped rate applies (the module docstring): from idle
 # the H200's clock held for ~65 ms of back-to-back cuDNN work (h200_sustain.csv), and the runner's timed repeats
 # follow four warm runs of the same call; 20 naive ms (~27 ms at cuDNN's rate) gave the lowest error over the fit
-# sets of the values tried (10, 20, 40, 80: 2.7% median on the long calls at 20, 3.0-3.4% at the others)
+# sets of the values tried (10, 20, 40, 80: 2.8% median on the long calls at 20, 3.4-3.5% at the others)
 POWER_CAP_AFTER_MS = 20.0
 # (flop_fit 16-bit, flop_fit fp32, masked_flop_fit, bw_fit, exp_fit, dropout_fit, gemm_fit, wide_flop_fit,
 # short_query_fit, power_cap_fit, host_ms_per_kernel, ms_per_dq_step, overhead_ms) per (backend, forward_backward):
 # the fit described in the module docstring (a factor 1000: the term came out free; a factor no row of the group
 # exercises copies another)
 FIT_FACTORS = {
-    ("cudnn", False): (0.745, 0.745, 0.267, 1000.0, 4.135, 0.215, 1000.0, 1.0, 1.214, 2.06, 0.0, 0.0, 0.075),
-    ("cudnn", True): (1.006, 1.006, 0.361, 1000.0, 0.82, 0.33, 1000.0, 0.585, 1.493, 3.09, 0.0, 0.0, 0.345),
+    ("cudnn", False): (0.693, 0.693, 0.415, 0.939, 1000.0, 0.21, 1000.0, 0.974, 1.521, 1.918, 0.0, 0.0, 0.073),
+    ("cudnn", True): (0.913, 0.913, 0.406, 2.391, 1.021, 0.313, 1000.0, 0.578, 2.02, 2.777, 0.0, 0.0, 0.339),
     ("eager", False): (1.0, 1.0, 1.0, 0.524, 1000.0, 0.851, 0.611, 1.0, 1.0, 1000.0, 0.0162, 0.0, 0.11),
     ("eager", True): (1.0, 1.0, 1.0, 0.536, 1000.0, 1.583, 0.665, 1.0, 1.0, 1000.0, 0.0512, 0.0, 0.291),
-    ("efficient", False): (1.597, 0.825, 0.765, 0.617, 0.104, 0.141, 1000.0, 0.223, 0.844, 1000.0, 0.0, 0.0, 0.072),
-    ("efficient", True): (0.309, 0.724, 0.778, 0.341, 0.144, 0.073, 1000.0, 0.051, 0.172, 4.647, 0.0, 0.00102, 0.352),
+    ("efficient", False): (2.203, 0.832, 0.685, 0.742, 0.1, 0.142, 1000.0, 0.226, 0.929, 1000.0, 0.0, 0.0, 0.073),
+    ("efficient", True): (0.323, 0.726, 0.721, 0.492, 0.137, 0.08, 1000.0, 0.051, 0.085, 4.894, 0.0, 0.00106, 0.381),
     ("flash", False): (0.413, 0.413, 0.413, 0.755, 1.267, 0.643, 1000.0, 0.341, 1.186, 4.199, 0.0, 0.0, 0.091),
     ("flash", True): (0.356, 0.356, 0.356, 1000.0, 1.771, 0.184, 1000.0, 0.304, 0.159, 64.28, 0.0, 0.0, 0.407),
     ("math", False): (1.0, 1.0, 1.0, 0.522, 1000.0, 0.637, 0.793, 1.0, 1.0, 1000.0, 0.0102, 0.0, 0.189),
@@ -232,10 +232,10 @@ def time_terms(c: Calls, backend, executed, gpu: GPU):
     wide = ~masked & ~c.fp32 & (c.D > 128)
     # a query shorter than the kernel's query tile (decode-shaped calls): the padded tile's MMAs are issued, but the
     # call's time is its walk over the keys, not tensor-core work at the prefill's rate: its own factor
-    short = c.L < _query_tile(c, backend)
+    short = (c.L < _query_tile(c, backend)) & ~masked  # a masked short call keeps the masked rate (its bias reads)
     plain = ~(masked | c.fp32 | wide | short)
     fused = [np.where(plain, comp, 0.0), np.where(~masked & c.fp32 & ~short, comp, 0.0),
-             np.where(masked & ~short, comp, 0.0), mem, scores, drop]
+             np.where(masked, comp, 0.0), mem, scores, drop]
     gemm, ew, cdrop = chain_terms(c, backend, gpu)
     chain = np.isin(backend, registry.OP_CHAIN)
     # the board's power limit: tensor-core work sustained past POWER_CAP_AFTER_MS runs at the capped clock

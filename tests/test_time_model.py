@@ -142,8 +142,8 @@ def test_h200_decode_on_the_held_out_decode_set():
 def test_h200_call_time_on_the_last_held_out_set():
     """validation/data/h200_heldout6.csv (seed 23) was measured before the long-call terms and never fitted on:
     median |error| on the SDPA and eager calls of 1 ms or more 10.5% (92 calls; 9.9% with the factors before the
-    long-call set joined the fit: the refit trades this set's short cuDNN calls for the long ones). Its flex rows with dropout ran without it
-    (a runner bug since fixed) and are left out."""
+    long-call set joined the fit: the refit trades this set's short cuDNN calls for the long ones). Its flex rows
+    with dropout ran without it (a runner bug since fixed) and are left out."""
     from estimator.call.attention import estimate_columns
     from estimator.call.table import calls_from_frame
 

@@ -91,7 +91,8 @@ def test_communication_links_and_overlap():
 def _report(paths):
     from validation.model.model_report import compare
 
-    df = pd.concat([pd.read_csv(p, dtype=str, keep_default_na=False) for p in paths], ignore_index=True)
+    df = pd.concat([pd.read_csv(p, dtype=str, keep_default_na=False).assign(_source=str(p)) for p in paths],
+                   ignore_index=True)
     return compare(df)
 
 
@@ -120,13 +121,18 @@ def test_h200_whole_model_times_on_the_last_held_out_set():
 
 def test_h200_decode_on_the_held_out_decode_set():
     """validation/data/h200_hf_decode_heldout_p1.csv and _p2.csv: 12 configs measured twice, in two processes, after the
-    host-bound decode model was committed. Median |error| 13% (15/24 within 15%); the two processes themselves
-    differ by up to 1.75x on one config, which is why the decode error band is wide. Their prefills: 24/24."""
+    host-bound decode model was committed. The headline (decode as generate runs it, a cuDNN graph per new length)
+    against the measured first pass: median |error| 9.4%, 24/24 within 30%, 17/24 within 15% (the gemma-3 and
+    mixtral rows ran on graphs an earlier case of their process had built: compared with the steady step). The two
+    processes themselves differ by up to 1.75x on one config, which is why the decode error band is wide. Their
+    prefills: 24/24."""
     from estimator.model.step_time import TIME_ERROR_BAND
 
     result = _report([DATA / "h200_hf_decode_heldout_p1.csv", DATA / "h200_hf_decode_heldout_p2.csv"])
     err = result["decode_err"].dropna()
-    assert len(err) == 24 and err.abs().median() <= 0.15 and (err.abs() <= 0.15).mean() >= 0.6
+    assert len(err) == 24 and err.abs().median() <= 0.12 and (err.abs() <= 0.3).mean() >= 0.95
+    assert (err.abs() <= 0.15).mean() >= 0.65
+    assert result["prebuilt_decode"].sum() == 4  # gemma-3 after gemma-2, mixtral after llama, in both processes
     assert (result["prefill_err"].dropna().abs() <= 0.15).all()
     ratio = 1 / (1 + err) - 1  # measured / planned - 1
     lo, hi = TIME_ERROR_BAND["decode"]
@@ -134,9 +140,10 @@ def test_h200_decode_on_the_held_out_decode_set():
 
 
 def test_h200_call_time_on_the_last_held_out_set():
-    """validation/data/h200_heldout6.csv (seed 23) was measured after timing.FIT_FACTORS were fitted: median
-    |error| on the SDPA and eager calls of 1 ms or more 9.9% (92 calls). Its flex rows with dropout ran without it
-    (a runner bug since fixed) and are left out."""
+    """validation/data/h200_heldout6.csv (seed 23) was measured before the long-call terms and never fitted on:
+    median |error| on the SDPA and eager calls of 1 ms or more 10.5% (92 calls; 9.9% with the factors before the
+    long-call set joined the fit: the refit trades this set's short cuDNN calls for the long ones). Its flex rows
+    with dropout ran without it (a runner bug since fixed) and are left out."""
     from estimator.call.attention import estimate_columns
     from estimator.call.table import calls_from_frame
 
@@ -147,12 +154,12 @@ def test_h200_call_time_on_the_last_held_out_set():
     measured = pd.to_numeric(d.measured_time_ms).to_numpy()
     big = (measured >= 1.0) & (cols["selected_backend"] != "flex")
     err = abs(cols["time_ms"][big] / measured[big] - 1)
-    assert big.sum() >= 90 and float(pd.Series(err).median()) <= 0.10
+    assert big.sum() >= 90 and float(pd.Series(err).median()) <= 0.11
 
 
 # --- one attention call's time (estimator/call/timing.py) and decode's cuDNN graph builds ------------------------
 
-CALL_SETS = ("calibration", "heldout", "heldout2", "heldout3", "heldout4", "heldout5")  # timing.FIT_FACTORS' fit
+CALL_SETS = ("calibration", "heldout", "heldout2", "heldout3", "heldout4", "heldout5", "long_calls")  # the fit
 
 
 def test_fit_time_reproduces_the_committed_factors():
@@ -267,23 +274,30 @@ def test_small_math_backward_is_bound_by_its_kernel_launches():
     assert 0.8 < t < 1.6
 
 
-def test_decode_first_pass_pays_a_cudnn_graph_build_per_step_on_a_growing_cache():
+def test_decode_headline_pays_a_cudnn_graph_build_per_step_on_a_growing_cache():
     from estimator.model.step_time import CUDNN_GRAPH_BUILD_MS, decode_graph_builds
 
     sdpa, eager = _plan(seq_len=16384), _plan(seq_len=16384, backend="eager")
-    # each decode step calls SDPA with a new kv length: cuDNN (bf16, H200) builds a new graph the first time a
-    # process sees that length; a serving process that has seen it decodes at the steady-state time
-    assert sdpa.decode_first_pass_ms_per_token - sdpa.decode_time_ms_per_token == pytest.approx(CUDNN_GRAPH_BUILD_MS)
-    assert eager.decode_first_pass_ms_per_token == pytest.approx(eager.decode_time_ms_per_token)
+    # each decode step of generate calls SDPA with a new kv length: cuDNN (bf16, H200) builds a new graph; the
+    # headline is that step, the steady state (every length seen before) is given beside it
+    assert sdpa.decode_time_ms_per_token - sdpa.decode_steady_ms_per_token == pytest.approx(CUDNN_GRAPH_BUILD_MS)
+    assert sdpa.decode_first_pass_ms_per_token == sdpa.decode_time_ms_per_token  # the older key, same figure
+    assert sdpa.decode_graph_builds_per_step == 1 and eager.decode_graph_builds_per_step == 0
+    assert eager.decode_time_ms_per_token == pytest.approx(eager.decode_steady_ms_per_token)
+    # the alternatives under their own keys: flash has no per-length graph, a static cache one length
+    assert sdpa.decode_forced_flash_ms_per_token < sdpa.decode_time_ms_per_token - 0.9 * CUDNN_GRAPH_BUILD_MS
+    assert sdpa.decode_static_cache_ms_per_token < sdpa.decode_time_ms_per_token - 0.9 * CUDNN_GRAPH_BUILD_MS
+    assert sdpa.decode_first_step_ms > sdpa.decode_time_ms_per_token + 300  # the process's first build
     # a full sliding window keeps the cache length constant (DynamicSlidingWindowLayer): built once, nothing per
     # step (mistral-7b: window 4,096); before the window fills, the cache grows and every step builds
     def extra(plan):
-        return plan.decode_first_pass_ms_per_token - plan.decode_time_ms_per_token
+        return plan.decode_time_ms_per_token - plan.decode_steady_ms_per_token
 
     full = extra(_plan(model=get_preset("mistral-7b"), seq_len=24576))
     filling = extra(_plan(model=get_preset("mistral-7b"), seq_len=2048))
     assert full == pytest.approx(0.0) and filling == pytest.approx(CUDNN_GRAPH_BUILD_MS)
     assert extra(_plan(seq_len=4096, dtype="float32")) == pytest.approx(0.0)  # fp32 never runs on cuDNN
+    assert _plan(seq_len=4096, dtype="float32").decode_forced_flash_ms_per_token is None  # flash has no fp32
     # llama-3-8b has one layer shape: one graph a step through SDPA (cuDNN on the H200), none through eager
     llama = PlanInputs(model=get_preset("llama-3-8b"), seq_len=16384, gpu="h200")
     assert decode_graph_builds(llama, attention_layers(llama), get_gpu("h200")) == 1
@@ -334,3 +348,53 @@ def test_decode_is_host_bound_at_the_profiled_cost_per_kernel():
     per_kernel = per_step.wall / (per_step.calls / per_step.steps)
     assert len(per_step) == 10 and (per_step.gpu / per_step.steps < 0.5 * per_step.wall).all()
     assert abs(per_kernel.median() / DECODE_KERNEL_HOST_MS - 1) < 0.1
+
+
+# --- long calls (the power cap) and decode's regimes, against the H200 measurements that set them ---------------
+
+def test_long_calls_pay_the_power_capped_rate_past_the_threshold():
+    """validation/data/h200_long_calls.csv: 40 calls of 32k-256k tokens (the fit set of the power-cap and
+    short-query terms): median |error| 2.8%, and the cuDNN prefill shape is within 8% at 32k-256k."""
+    from estimator.call.timing import POWER_CAP_AFTER_MS
+
+    err = _relative_errors(pd.read_csv(DATA / "h200_long_calls.csv", dtype=str, keep_default_na=False))
+    assert len(err) == 40 and float(pd.Series(err).median()) < 0.04
+    # cuDNN causal, 32/8 heads: quadrupling the work past the threshold costs more than 4x (the capped clock)
+    t32, t64, t128 = (_call_time(q_heads=32, kv_heads=8, q_len=n, kv_len=n, causal=True) for n in (32768, 65536,
+                                                                                                   131072))
+    assert t128 / t64 > 4.05 and t64 / t32 > 4.05 and POWER_CAP_AFTER_MS > 0
+    assert abs(t128 / 251.4 - 1) < 0.08 and abs(t64 / 58.7 - 1) < 0.08  # measured 251.4 ms and 58.7 ms
+    # a short call never reaches the cap: its time scales with its work
+    t4, t8 = (_call_time(q_heads=16, kv_heads=16, q_len=n, kv_len=n, causal=True) for n in (4096, 8192))
+    assert t8 / t4 < 4.0
+
+
+def test_decode_regimes_match_the_measured_llama_stacks():
+    """validation/data/h200_decode_probe_hf.csv: a 4-layer Llama-3.1-8B, 32k-token cache, 10 steps per stack
+    (`python -m validation.timing.decode_probe`): generate 42.6 ms (median), the same lengths again 5.5, forced
+    flash 5.8, StaticCache 5.1; its first step 644 ms. Each regime's planned step within the decode band."""
+    from estimator.model.step_time import TIME_ERROR_BAND
+    from validation.model.model_report import plan_row
+
+    h = pd.read_csv(DATA / "h200_decode_probe_hf.csv")
+    med = h[h.step > 1].groupby("backend").ms.median()
+    plan = plan_row(dict(family="llama-3.1-8b", layers="4", overrides="", mode="prefill", precision="bf16-true",
+                         optimizer="adamw", checkpointing="none", seq_len="32768", batch="1",
+                         attn_implementation="sdpa"))
+    lo, hi = TIME_ERROR_BAND["decode"]
+    for stack, key in (("dynamic_auto", "decode_time_ms_per_token"), ("dynamic_auto_again",
+                       "decode_steady_ms_per_token"), ("dynamic_flash", "decode_forced_flash_ms_per_token"),
+                       ("static_auto", "decode_static_cache_ms_per_token")):
+        ratio = med[stack] / getattr(plan, key) - 1  # measured / planned - 1
+        assert lo <= ratio <= hi, (stack, ratio)
+    first = float(h[(h.backend == "dynamic_auto") & (h.step == 1)].ms.iloc[0])
+    assert 0.6 < plan.decode_first_step_ms / first < 1.2
+
+
+def test_the_plan_says_where_no_measurement_stands_behind_it():
+    from estimator.model.assumptions import LONGEST_MEASURED_CALL_TOKENS
+
+    inside = _plan(seq_len=131072)
+    past = _plan(seq_len=2 * LONGEST_MEASURED_CALL_TOKENS)
+    assert not any("past the longest attention call" in a for a in inside.assumptions)
+    assert any("past the longest attention call" in a for a in past.assumptions)

@@ -316,21 +316,24 @@ def rule_operate(ctx: _Context) -> list[Advice]:
                             f"{inputs.seq_len:,} tokens; decode {ms(base.decode_time_ms_per_token)} per token "
                             "at the end of the context (the slowest step, the one P99 sees). Report both, measured "
                             "on production sequence lengths.", **same))
-    first = base.decode_first_pass_ms_per_token
-    steady = base.decode_time_ms_per_token
+    first = base.decode_time_ms_per_token  # as generate runs it: a new cache length every step
+    steady = base.decode_steady_ms_per_token
     if not ctx.training and first is not None and steady is not None and first > 1.5 * steady:
+        flash = base.decode_forced_flash_ms_per_token
+        best = min(v for v in (flash, base.decode_static_cache_ms_per_token, steady) if v is not None)
         out.append(Advice(
-            id="decode-graph-warmup", title="Warm up decode (cuDNN builds a graph per new cache length)",
+            id="decode-graph-warmup", title="Decode off cuDNN's per-length graphs (flash, or a static cache)",
             why=f"Through SDPA on this GPU each decode step is a new cuDNN graph (the KV length grows by one; PyTorch "
-                f"{inputs.torch_version} caches graphs per shape, aten/src/ATen/native/cudnn/MHA.cpp): a process's "
-                f"first pass through these lengths decodes at {ms(first)} per token, against {ms(steady)} once "
-                "every length has been seen (measured on the H200: 34.5 ms a step, "
-                "validation/data/h200_hf_decode.csv).",
-            expected_effect="Warm a serving process up over the lengths it will serve, use a static cache (one "
-                            "length, one graph), or run decode on flash (torch.nn.attention.sdpa_kernel"
-                            "(SDPBackend.FLASH_ATTENTION)).",
+                f"{inputs.torch_version} caches graphs per shape, aten/src/ATen/native/cudnn/MHA.cpp): generate "
+                f"decodes at {ms(first)} per token, against {ms(steady)} once every length has been seen (measured "
+                "on the H200: 40.9 ms a build, validation/data/h200_decode_probe.csv).",
+            expected_effect="Run the single-token calls on flash (torch.nn.attention.sdpa_kernel"
+                            "(SDPBackend.FLASH_ATTENTION) around generate"
+                            + (f": {ms(flash)} per token" if flash is not None else "") + "), use a static cache "
+                            f"(one length, one graph: {ms(base.decode_static_cache_ms_per_token)}), or warm a "
+                            "serving process up over the lengths it will serve.",
             bytes_before=base.total_bytes, bytes_after=base.total_bytes, time_metric="decode ms per token",
-            time_ms_before=first, time_ms_after=steady))
+            time_ms_before=first, time_ms_after=best))
     backend = base.selected_backend
     hopper = ctx.gpu.sm >= 90 and inputs.dtype != "float32"
     out.append(Advice(

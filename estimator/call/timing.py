@@ -16,6 +16,16 @@ time = max(GPU work, host dispatch, serial chain) + overhead, per (backend, mode
   - wide compute: the same for unmasked 16-bit calls with head_dim > 128 (those kernels run smaller tiles, and the
     efficient backward keeps dK/dV in global memory: a 16-bit efficient backward at head_dim 160 runs ~5x slower
     per FLOP than at 128 on the H200).
+  - short-query compute: the same padded compute for unmasked calls whose query is shorter than the query tile
+    (decode-shaped calls, q_len 1-4 over a long cache): their time is the key loop, not tensor-core work at a
+    prefill's rate, so they get their own factor (fitted together with the prefill-shaped calls, one factor had to
+    serve both, and long prefill calls on cuDNN came out 33-50% low).
+  - power cap: tensor-core work beyond POWER_CAP_AFTER_MS (at the naive rate) of one call: the H200 runs long
+    attention kernels at its 700 W board limit, where the SM clock drops from 1980 MHz to 1245-1650 MHz
+    (validation/data/h200_sustain_smi.csv: 233 of 249 samples at >= 90% load report the SW power cap reason),
+    so the rate of a long call is lower than a short call's (cuDNN causal 32k, 32/8 heads: 13.0 ms after 2 s idle,
+    15.0 ms after 80 ms of back-to-back runs; validation/data/h200_sustain.csv). Modelled as a second rate for the
+    compute past the threshold.
   - exp: score elements the fused kernel's softmax touches (forward once, backward twice), padded and waved like
     the compute, at 1/256 of the 16-bit tensor-core rate (the SFU exp rate): independent of head_dim, so it is
     what bounds small-head_dim calls.
@@ -34,14 +44,15 @@ time = max(GPU work, host dispatch, serial chain) + overhead, per (backend, mode
   a short query over long keys its key-split CTAs take turns adding to the same dQ tile.
 
 The fit factors, the ms per kernel and per step and the overhead per backend and mode are a least-squares fit of
-relative error over the H200 rows (torch 2.11) of the six measured sets below, rows of 1 ms and more weighted 1,
-shorter rows 0.25 (the target is calls >= 1 ms); the max is fitted by alternating regimes
+relative error over the H200 rows (torch 2.11) of the seven measured sets below (the seventh, h200_long_calls.csv:
+40 calls of 32k-256k tokens per backend, causal and not, GQA, head_dim 64-256, forward and backward), rows of
+1 ms and more weighted 1, shorter rows 0.25 (the target is calls >= 1 ms); the max is fitted by alternating regimes
 (validation/timing/fit_time.py).
 Reproduce the committed constants with
 
     python -m validation.fit_time validation/data/h200_calibration.csv validation/data/h200_heldout.csv \
         validation/data/h200_heldout2.csv validation/data/h200_heldout3.csv validation/data/h200_heldout4.csv \
-        validation/data/h200_heldout5.csv
+        validation/data/h200_heldout5.csv validation/data/h200_long_calls.csv
 
 (it prints FIT_FACTORS to paste). They are fit factors, not hardware efficiencies (some exceed 1). flex is not in
 that fit: flash's factors at 85% of its FLOP rate (FlexAttention paper, Dong et al. 2024, arXiv:2412.05496 §5);
@@ -59,26 +70,32 @@ from estimator.hardware import GPU
 from estimator.units import cdiv, round_up
 
 FLEX_FLOP_SHARE = 0.85  # flex's FLOP rate relative to flash's (the FlexAttention paper, §5)
+# naive-rate compute ms of one call after which the power-capped rate applies (the module docstring): from idle
+# the H200's clock held for ~65 ms of back-to-back cuDNN work (h200_sustain.csv), and the runner's timed repeats
+# follow four warm runs of the same call; 20 naive ms (~27 ms at cuDNN's rate) gave the lowest error over the fit
+# sets of the values tried (10, 20, 40, 80: 2.8% median on the long calls at 20, 3.4-3.5% at the others)
+POWER_CAP_AFTER_MS = 20.0
 # (flop_fit 16-bit, flop_fit fp32, masked_flop_fit, bw_fit, exp_fit, dropout_fit, gemm_fit, wide_flop_fit,
-# host_ms_per_kernel, ms_per_dq_step, overhead_ms) per (backend, forward_backward): the fit described in the module
-# docstring (a factor 1000: the term came out free; a factor no row of the group exercises copies another)
+# short_query_fit, power_cap_fit, host_ms_per_kernel, ms_per_dq_step, overhead_ms) per (backend, forward_backward):
+# the fit described in the module docstring (a factor 1000: the term came out free; a factor no row of the group
+# exercises copies another)
 FIT_FACTORS = {
-    ("cudnn", False): (1.055, 1.055, 0.368, 2.502, 1000.0, 0.199, 1000.0, 1.059, 0.0, 0.0, 0.077),
-    ("cudnn", True): (0.784, 0.784, 0.344, 1000.0, 1.858, 0.277, 1000.0, 0.849, 0.0, 0.0, 0.339),
-    ("eager", False): (1.0, 1.0, 1.0, 0.524, 1000.0, 0.851, 0.611, 1.0, 0.0162, 0.0, 0.11),
-    ("eager", True): (1.0, 1.0, 1.0, 0.536, 1000.0, 1.583, 0.665, 1.0, 0.0512, 0.0, 0.291),
-    ("efficient", False): (1000.0, 0.891, 0.708, 0.734, 0.093, 0.134, 1000.0, 0.238, 0.0, 0.0, 0.073),
-    ("efficient", True): (0.341, 0.716, 0.69, 0.582, 0.132, 0.069, 1000.0, 0.05, 0.0, 0.00116, 0.378),
-    ("flash", False): (0.617, 0.617, 0.617, 2.319, 0.496, 0.573, 1000.0, 0.391, 0.0, 0.0, 0.092),
-    ("flash", True): (0.354, 0.354, 0.354, 1.849, 1.688, 0.142, 1000.0, 0.322, 0.0, 0.0, 0.409),
-    ("math", False): (1.0, 1.0, 1.0, 0.522, 1000.0, 0.64, 0.793, 1.0, 0.0103, 0.0, 0.188),
-    ("math", True): (1.0, 1.0, 1.0, 0.349, 1000.0, 1.301, 1.439, 1.0, 0.0358, 0.0, 0.365),
+    ("cudnn", False): (0.693, 0.693, 0.415, 0.939, 1000.0, 0.21, 1000.0, 0.974, 1.521, 1.918, 0.0, 0.0, 0.073),
+    ("cudnn", True): (0.913, 0.913, 0.406, 2.391, 1.021, 0.313, 1000.0, 0.578, 2.02, 2.777, 0.0, 0.0, 0.339),
+    ("eager", False): (1.0, 1.0, 1.0, 0.524, 1000.0, 0.851, 0.611, 1.0, 1.0, 1000.0, 0.0162, 0.0, 0.11),
+    ("eager", True): (1.0, 1.0, 1.0, 0.536, 1000.0, 1.583, 0.665, 1.0, 1.0, 1000.0, 0.0512, 0.0, 0.291),
+    ("efficient", False): (2.203, 0.832, 0.685, 0.742, 0.1, 0.142, 1000.0, 0.226, 0.929, 1000.0, 0.0, 0.0, 0.073),
+    ("efficient", True): (0.323, 0.726, 0.721, 0.492, 0.137, 0.08, 1000.0, 0.051, 0.085, 4.894, 0.0, 0.00106, 0.381),
+    ("flash", False): (0.413, 0.413, 0.413, 0.755, 1.267, 0.643, 1000.0, 0.341, 1.186, 4.199, 0.0, 0.0, 0.091),
+    ("flash", True): (0.356, 0.356, 0.356, 1000.0, 1.771, 0.184, 1000.0, 0.304, 0.159, 64.28, 0.0, 0.0, 0.407),
+    ("math", False): (1.0, 1.0, 1.0, 0.522, 1000.0, 0.637, 0.793, 1.0, 1.0, 1000.0, 0.0102, 0.0, 0.189),
+    ("math", True): (1.0, 1.0, 1.0, 0.349, 1000.0, 1.301, 1.439, 1.0, 1.0, 1000.0, 0.0358, 0.0, 0.365),
 }
 for _g in (False, True):  # flex: flash's compute rates times FLEX_FLOP_SHARE, flash's bandwidth and overhead
-    _f, _f32, _m, _b, _e, _r, _gm, _w, *_rest = FIT_FACTORS[("flash", _g)]
+    _f, _f32, _m, _b, _e, _r, _gm, _w, _sq, _p, *_rest = FIT_FACTORS[("flash", _g)]
     FIT_FACTORS[("flex", _g)] = (round(_f * FLEX_FLOP_SHARE, 3), round(_f32 * FLEX_FLOP_SHARE, 3),
                                  round(_m * FLEX_FLOP_SHARE, 3), _b, _e, _r, _gm, round(_w * FLEX_FLOP_SHARE, 3),
-                                 *_rest)
+                                 round(_sq * FLEX_FLOP_SHARE, 3), round(_p * FLEX_FLOP_SHARE, 3), *_rest)
 
 # query-tile rows of the forward kernel: FA2's split-KV forward kBlockM 64 (flex: 128-row blocks); cuDNN's
 # Hopper kernel 128; the efficient (CUTLASS) kernel 64 for head_dim <= 128, 32 above (its *_32x128_gmem kernels)
@@ -191,11 +208,12 @@ def chain_terms(c: Calls, backend, gpu: GPU):
 
 
 def time_terms(c: Calls, backend, executed, gpu: GPU):
-    """The model's GPU terms in ms at the naive rates, stacked last (FIT_FACTORS' first eight entries divide them):
+    """The model's GPU terms in ms at the naive rates, stacked last (FIT_FACTORS' first ten entries divide them):
     compute of unmasked calls with 16-bit inputs, the same with fp32 inputs (each path's fp32 kernels reach a
     different share of the fp32 peak than its 16-bit kernels of theirs), compute of masked calls on
     cuDNN/efficient, memory, exp, dropout, GEMMs (math and eager: `chain_terms`), compute of unmasked 16-bit calls
-    with head_dim > 128 on a fused backend."""
+    with head_dim > 128 on a fused backend, compute of calls whose query is shorter than the query tile, and the
+    compute past POWER_CAP_AFTER_MS (the power-capped stretch of a long call)."""
     backend = np.asarray(backend)
     peak = np.where(c.fp32 | (backend == "math"), gpu.peak_flops_per_s["float32"], gpu.peak_flops_per_s["bfloat16"])
     comp = executed_tile_flops(c, backend, executed, gpu.sm_count) / peak * 1e3
@@ -212,12 +230,19 @@ def time_terms(c: Calls, backend, executed, gpu: GPU):
     # 16-bit kernels for head_dim > 128 run smaller tiles (FA2 and cuDNN) or keep dK/dV in global memory (the
     # efficient backward's kNeedsAccumGradK/V): their own rate
     wide = ~masked & ~c.fp32 & (c.D > 128)
-    fused = [np.where(masked | c.fp32 | wide, 0.0, comp), np.where(~masked & c.fp32, comp, 0.0),
+    # a query shorter than the kernel's query tile (decode-shaped calls): the padded tile's MMAs are issued, but the
+    # call's time is its walk over the keys, not tensor-core work at the prefill's rate: its own factor
+    short = (c.L < _query_tile(c, backend)) & ~masked  # a masked short call keeps the masked rate (its bias reads)
+    plain = ~(masked | c.fp32 | wide | short)
+    fused = [np.where(plain, comp, 0.0), np.where(~masked & c.fp32 & ~short, comp, 0.0),
              np.where(masked, comp, 0.0), mem, scores, drop]
     gemm, ew, cdrop = chain_terms(c, backend, gpu)
     chain = np.isin(backend, registry.OP_CHAIN)
+    # the board's power limit: tensor-core work sustained past POWER_CAP_AFTER_MS runs at the capped clock
+    sustained = np.maximum(np.where(chain | short, 0.0, comp) - POWER_CAP_AFTER_MS, 0.0)
     terms = [np.where(chain, x, f) for x, f in zip((0.0, 0.0, 0.0, ew, 0.0, cdrop), fused, strict=True)] + \
-        [np.where(chain, gemm, 0.0), np.where(chain | ~wide, 0.0, comp)]
+        [np.where(chain, gemm, 0.0), np.where(chain | ~wide | short, 0.0, comp),
+         np.where(chain | ~short, 0.0, comp), sustained]
     return np.stack(np.broadcast_arrays(*terms), axis=-1)
 
 

@@ -321,9 +321,15 @@ def format_table(plan: Plan, result: dict) -> str:
     if plan.decode_time_ms_per_token is not None:
         lines.append(f"  decode {plan.decode_time_ms_per_token:,.3f} ms per step ({plan.decode_tokens_per_s:,.0f} "
                      f"tokens/s), {plan.decode_flops_per_token:.3e} FLOPs per token")
-        if plan.decode_first_pass_ms_per_token and plan.decode_first_pass_ms_per_token > plan.decode_time_ms_per_token:
-            lines.append(f"  decode in a fresh process: {plan.decode_first_pass_ms_per_token:,.3f} ms per step "
-                         "(a cuDNN graph built per new cache length)")
+        if plan.decode_graph_builds_per_step:
+            lines.append(f"    (as generate runs it: a new cache length every step, "
+                         f"{plan.decode_graph_builds_per_step} cuDNN graph build(s) a step)")
+        for key, label in (("decode_steady_ms_per_token", "every cache length seen before"),
+                           ("decode_forced_flash_ms_per_token", "single-token calls forced to flash"),
+                           ("decode_static_cache_ms_per_token", "a StaticCache (one length, one graph)")):
+            value = getattr(plan, key)
+            if value is not None and abs(value - plan.decode_time_ms_per_token) > 1e-6:
+                lines.append(f"  decode with {label}: {value:,.3f} ms per step")
     lines.append(f"  time shares: attention {plan.attention_share:.0%}, FFN {plan.ffn_share:.0%}, "
                  f"embedding/logits {plan.embedding_share:.0%}, other {plan.other_share:.0%}")
     from estimator.model.budget import budget

@@ -5,6 +5,11 @@ from __future__ import annotations
 from estimator.call.attention import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
 from estimator.model.inputs import PlanInputs
 
+# the longest attention call and decode cache measured on the H200 (validation/data/h200_long_calls.csv,
+# validation/data/h200_decode_probe.csv): the plan says where it goes past them
+LONGEST_MEASURED_CALL_TOKENS = 262_144
+LONGEST_MEASURED_DECODE_TOKENS = 131_078
+
 
 def finetune_assumptions(inputs: PlanInputs) -> list[str]:
     """The fine-tuning recipe's sentences (estimator/model/finetune.py, finetune_time.py)."""
@@ -44,7 +49,11 @@ def assumptions(inputs: PlanInputs) -> tuple[str, ...]:
                    f"scales), logits for {'all positions' if inputs.logits == 'all' else 'the last position'} "
                    "in the model dtype plus an fp32 copy; decode reads all weights and the KV cache once per step, "
                    "and a Hugging Face eager decode step is host-bound (about 23 us per launched kernel, measured on "
-                   "the H200 host: other hosts differ, and two processes on the same host differed by up to 1.75x).")
+                   "the H200 host: other hosts differ, and two processes on the same host differed by up to 1.75x). "
+                   "decode_time_ms_per_token is the step generate runs (a new cache length every step: where SDPA "
+                   "runs it on cuDNN, one ~40 ms graph build a step per layer shape, measured on the H200 with "
+                   "torch 2.11 and cuDNN 9.19 at batch 1-8 and caches of 4k-128k tokens; other versions may not "
+                   "build per length); the steady, forced-flash and static-cache steps are given beside it.")
     else:
         zero = (f"ZeRO stage {inputs.zero} over {inputs.dp} data-parallel replicas" if inputs.zero else
                 "no ZeRO sharding (data-parallel replicas hold full copies)")
@@ -63,6 +72,14 @@ def assumptions(inputs: PlanInputs) -> tuple[str, ...]:
                    "HF Trainer does (measured on the H200).")
     if inputs.mode == "training":
         out.extend(finetune_assumptions(inputs))
+    if inputs.seq_len > LONGEST_MEASURED_CALL_TOKENS:
+        out.append(f"Note: seq_len {inputs.seq_len:,} is past the longest attention call measured "
+                   f"({LONGEST_MEASURED_CALL_TOKENS:,} tokens, validation/data/h200_long_calls.csv): the attention "
+                   "time extrapolates the power-capped rate measured up to there; no measurement stands behind it.")
+    if inputs.mode == "inference" and inputs.seq_len > LONGEST_MEASURED_DECODE_TOKENS:
+        out.append(f"Note: the decode step's cuDNN graph build was measured with caches up to "
+                   f"{LONGEST_MEASURED_DECODE_TOKENS:,} tokens (validation/data/h200_decode_probe.csv); past that "
+                   "it is assumed to stay the same.")
     if any(w is not None for w in inputs.windows):
         out.append("Sliding window w: through SDPA (once seq_len >= w) Hugging Face passes a dense (1, 1, n, n) bool "
                    "mask, so flash cannot run and every score block is computed; through eager a float mask is "

@@ -144,8 +144,10 @@ class Plan:
     decode_flops_per_token: int | None
     prefill_time_ms: float
     step_time_ms: float
-    decode_time_ms_per_token: float | None  # steady state: every cache length seen before in the process
-    decode_first_pass_ms_per_token: float | None  # a fresh process: + cuDNN graph builds (step_time.py)
+    # the step the chosen stack really runs (Hugging Face generate: a new cache length every step, so + one cuDNN
+    # graph build per growing-cache layer shape where SDPA runs decode on cuDNN; step_time.decode_regimes)
+    decode_time_ms_per_token: float | None
+    decode_first_pass_ms_per_token: float | None  # = decode_time_ms_per_token (the name earlier plans used)
     prefill_tokens_per_s: float
     decode_tokens_per_s: float | None
     attention_share: float
@@ -157,6 +159,11 @@ class Plan:
     components: tuple[Component, ...]
     activation_detail: dict[str, int] = field(hash=False)
     assumptions: tuple[str, ...]
+    decode_steady_ms_per_token: float | None = None  # every cache length seen before in the process
+    decode_forced_flash_ms_per_token: float | None = None  # single-token calls forced to flash (None: flash can't)
+    decode_static_cache_ms_per_token: float | None = None  # HF StaticCache: one key length, one graph
+    decode_first_step_ms: float | None = None  # a fresh process's first step (its first cuDNN build of the shape)
+    decode_graph_builds_per_step: int | None = None  # cuDNN graphs generate builds each step
     communication_time_ms: float = 0.0  # exposed communication of the step (training) or prefill (model/comm.py)
     communication: dict = field(default_factory=dict, hash=False)  # per kind (tp, cp, dp), links, decode per token
     time_split: dict = field(default_factory=dict, hash=False)  # ms per kernel class per phase (step_time.py)

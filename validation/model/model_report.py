@@ -52,9 +52,24 @@ def plan_row(row: dict):
     return make_plan(inputs, solve=False)
 
 
+def _decode_key(row: dict, plan):
+    """What cuDNN's graph cache keys a decode step's single-token calls on (batch, the growing key lengths, heads,
+    head_dim), with the file the row came from (one process per file): a later row of the same key decodes on
+    graphs the earlier one built."""
+    if not hasattr(plan, "inputs"):  # a vision plan: its decoder's decode is not compared per process
+        return None
+    m = plan.inputs.model
+    return (row.get("_source", ""), row["batch"], row["seq_len"], row.get("decode_tokens", ""), m.q_heads,
+            m.kv_heads, m.head_dim)
+
+
 def compare(df: pd.DataFrame) -> pd.DataFrame:
-    """One output row per measured row that ran or ran out of memory: measured and planned peak, error, fits."""
+    """One output row per measured row that ran or ran out of memory: measured and planned peak, error, fits.
+    Decode: where an earlier row of the same file (process) ran the same decode shapes and lengths, cuDNN's graphs
+    were built already, so the row's first decode pass is compared with the plan's steady step
+    (`prebuilt_decode`)."""
     out = []
+    built = set()
     for row in df.to_dict("records"):
         row = {k: ("" if pd.isna(v) else v) for k, v in row.items()}
         if row["status"] not in ("ok", "oom"):
@@ -71,7 +86,11 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
         planned = plan.total_bytes - CUDA_CONTEXT_BYTES
         rec.update(planned_peak_bytes=planned, plan_fits=plan.fits, plan_error="",
                    planned_params=plan.params)
-        rec.update(_time_columns(row, plan))
+        key = _decode_key(row, plan)
+        rec["prebuilt_decode"] = key is not None and key in built and bool(plan.decode_graph_builds_per_step)
+        if key is not None and row["mode"] == "prefill" and row["status"] == "ok":
+            built.add(key)
+        rec.update(_time_columns(row, plan, prebuilt=rec["prebuilt_decode"]))
         if row["status"] == "ok":
             measured = int(float(row["peak_bytes"]))
             rec.update(measured_peak_bytes=measured, rel_err=round((planned - measured) / measured, 4),
@@ -87,13 +106,15 @@ TIME_TOLERANCE = 0.15  # "within 15%" of the measured time
 # (measured column of validation.model.hf_models, plan key, mode the row must have)
 TIME_COLUMNS = (("prefill", "time_prefill_ms", "prefill_time_ms", "prefill"),
                 ("step", "time_step_ms", "step_time_ms", "train"),
-                ("decode", "decode_warm_ms_per_token", "decode_time_ms_per_token", "prefill"),
-                # the first decode pass of a process through these lengths (cuDNN graphs built per step); rows whose
-                # process had already built them (an earlier case of the same shapes) measure the steady state here
-                ("decode first pass", "decode_ms_per_token", "decode_first_pass_ms_per_token", "prefill"))
+                # the headline: decode as generate runs it (the process's first pass through these lengths, a cuDNN
+                # graph built per step); rows whose process had already built them (an earlier case of the same
+                # shapes) measure the steady state here
+                ("decode", "decode_ms_per_token", "decode_time_ms_per_token", "prefill"),
+                # the same steps again: every length seen before
+                ("decode steady", "decode_warm_ms_per_token", "decode_steady_ms_per_token", "prefill"))
 
 
-def _time_columns(row: dict, plan) -> dict:
+def _time_columns(row: dict, plan, prebuilt: bool = False) -> dict:
     """measured_*, planned_* and *_err (planned / measured - 1) for prefill, step and decode per token. A time of
     one call only (n_timed 1: flex_attention's first call includes compiling, hf_models.py) is not steady state
     and is left out."""
@@ -103,7 +124,7 @@ def _time_columns(row: dict, plan) -> dict:
         if row["mode"] != mode or row["status"] != "ok":
             continue
         value = row.get(col, "")
-        planned = getattr(plan, key)
+        planned = getattr(plan, "decode_steady_ms_per_token" if prebuilt and name == "decode" else key, None)
         if value in ("", None) or planned is None or not steady:
             continue
         measured = float(value)
@@ -190,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         refuse_same_file(args.md, args.csv, "--md")
         refuse_same_file(args.csv_out, args.csv, "--csv-out")
-        df = pd.concat([pd.read_csv(p, dtype=str, keep_default_na=False) for p in args.csv], ignore_index=True)
+        df = pd.concat([pd.read_csv(p, dtype=str, keep_default_na=False).assign(_source=p) for p in args.csv],
+                       ignore_index=True)
         result = compare(df)
     except (OSError, ValueError, KeyError, pd.errors.ParserError) as exc:
         print(f"error: {first_line(exc)}", file=sys.stderr)

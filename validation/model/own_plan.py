@@ -168,8 +168,8 @@ def plan_columns(plan, plan_error: str) -> dict:
                    plan_step_ms=round(plan.step_time_ms, 4))
     else:
         out.update(plan_kv_cache_bytes=plan.kv_cache_bytes, plan_prefill_ms=round(plan.prefill_time_ms, 4),
-                   plan_decode_ms_per_token=None if plan.decode_time_ms_per_token is None
-                   else round(plan.decode_time_ms_per_token, 4))
+                   plan_decode_ms_per_token=None if plan.decode_steady_ms_per_token is None
+                   else round(plan.decode_steady_ms_per_token, 4))  # against the warm (steady) steps
     return out
 
 

@@ -74,7 +74,8 @@ def _solve_regimes(terms, branches, meas, w, iterations: int = 30):
 def fit(frames: list[pd.DataFrame], gpu_name: str = "h200") -> pd.DataFrame:
     gpu = get_gpu(gpu_name)
     d = pd.concat(frames, ignore_index=True)
-    d = d[(d.status == "ok") & (pd.to_numeric(d.measured_time_ms, errors="coerce") > 0)].reset_index(drop=True)
+    d = d[(d.status == "ok") & (pd.to_numeric(d.measured_time_ms, errors="coerce") > 0)]
+    d = d[d.backend != "flex"].reset_index(drop=True)  # flex is priced from flash's factors (timing.FLEX_FLOP_SHARE)
     c, backend, _ = calls_from_frame(d)
     cols = estimate_columns(c, backend, gpu)
     sel = cols["selected_backend"]
@@ -95,9 +96,9 @@ def fit(frames: list[pd.DataFrame], gpu_name: str = "h200") -> pd.DataFrame:
         coef[np.flatnonzero(used)] = sub[:used.sum()]
         coef[nt + has] = sub[used.sum():-1]
         coef[-1] = max(sub[-1], MIN_OVERHEAD_MS)
-        for j in (0, 1, 2, 7):  # a term no row of the group has (fp32 on flash, masks on math) takes another's rate
+        for j in (0, 1, 2, 7, 8):  # a term no row of the group has (fp32 on flash, masks on math) takes another's
             if not used[j]:
-                coef[j] = coef[0 if j == 7 and used[0] else 1 if j != 1 and used[1] else 0] \
+                coef[j] = coef[0 if j in (7, 8) and used[0] else 1 if j != 1 and used[1] else 0] \
                     if used[0] or used[1] else 1.0
         pred = combine(t @ coef[:nt], x[:, 0] * coef[nt], x[:, 1] * coef[nt + 1], coef[-1])
         big = m >= 1.0
@@ -113,7 +114,8 @@ def fit(frames: list[pd.DataFrame], gpu_name: str = "h200") -> pd.DataFrame:
 
 
 FACTOR_NAMES = (
-    "flop_fit", "fp32_flop_fit", "masked_flop_fit", "bw_fit", "exp_fit", "dropout_fit", "gemm_fit", "wide_flop_fit")
+    "flop_fit", "fp32_flop_fit", "masked_flop_fit", "bw_fit", "exp_fit", "dropout_fit", "gemm_fit", "wide_flop_fit",
+    "short_query_fit", "power_cap_fit")
 
 
 def factor_tuples(table: pd.DataFrame) -> dict:
@@ -165,7 +167,8 @@ def fit_decode(frames: list[pd.DataFrame]) -> tuple[float, float, list[float]]:
         for per_kernel in DECODE_KERNEL_GRID:
             for model in DECODE_MODEL_GRID:
                 step_time.DECODE_KERNEL_HOST_MS, step_time.DECODE_MODEL_PYTHON_MS = per_kernel, model
-                errs = [plan_row(r).decode_time_ms_per_token / float(r["decode_warm_ms_per_token"]) - 1 for r in rows]
+                errs = [plan_row(r).decode_steady_ms_per_token / float(r["decode_warm_ms_per_token"]) - 1
+                        for r in rows]
                 score = float(np.mean(np.log1p(errs) ** 2))
                 if best is None or score < best[0]:
                     best = (score, per_kernel, model, [round(e, 3) for e in errs])

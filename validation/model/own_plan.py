@@ -71,7 +71,9 @@ def case_of(inputs, cfg: dict, decode_tokens: int | None, default_decode: int, f
     training = inputs.mode == "training"
     case = {"family": family, "layers": cfg["num_hidden_layers"], "attn_implementation": ATTN_OF[inputs.backend],
             "overrides": "", "no_reset": 0, "seq_len": inputs.seq_len, "batch": inputs.batch, "image_size": "",
-            "images": 0, "trainable": "all", "config": cfg}
+            "images": 0, "trainable": "all", "config": cfg,
+            # the fine-tuning recipe (validation/model/hf_finetune.py builds it: peft LoRA, NF4 QLoRA)
+            "finetune": inputs.finetune, "lora_rank": inputs.lora_rank, "lora_targets": inputs.lora_targets}
     if training:
         if inputs.checkpointing not in ("none", "hf"):
             raise ValueError(f"--checkpointing: {inputs.checkpointing} is planned only; measured: none, hf "

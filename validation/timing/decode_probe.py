@@ -32,6 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from validation.errors import typed_line
+
 DEV = "cuda" if torch.cuda.is_available() else "cpu"  # a CPU run is a smoke test only
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
             "efficient": SDPBackend.EFFICIENT_ATTENTION}
@@ -111,7 +113,7 @@ def hf_part(rows, S0, steps=10, batch=1):
             try:
                 _hf_stack(rows, model, cfg, ids, tok, S0, steps, batch, name, forced, static, StaticCache)
             except Exception as exc:  # noqa: BLE001
-                print(f"hf {name} at {S0}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+                print(f"hf {name} at {S0}: {typed_line(exc, 240)}")
             _empty()
     del model
     _empty()
@@ -151,7 +153,7 @@ def _guarded(fn, *args) -> None:
     try:
         fn(*args)
     except Exception as exc:  # noqa: BLE001
-        print(f"{fn.__name__}{args[1:]}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+        print(f"{fn.__name__}{args[1:]}: {typed_line(exc, 200)}")
     _empty()
 
 
@@ -173,7 +175,7 @@ def main(argv=None) -> None:
             try:
                 hf_part(hrows, S0)
             except Exception as exc:  # noqa: BLE001  (a failed part is reported, the rest still runs)
-                print(f"hf part at {S0}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+                print(f"hf part at {S0}: {typed_line(exc, 240)}")
         _write(a.hf_out, hrows, env)
     rows: list[dict] = []
     shapes = [(1, 32, 8, 128), (4, 32, 8, 128), (1, 28, 4, 128), (8, 32, 8, 128), (1, 16, 8, 256), (1, 32, 8, 64)]

@@ -156,19 +156,43 @@ def estimate_columns(c: Calls, requested, gpu: GPU, torch_version: str = backend
             "scores_bytes": c.B * c.Hq * c.L * c.S * c.es, "kv_bytes": 2 * c.B * c.Hk * c.S * c.D * c.es}
 
 
+def _time_by_kernel(c: Calls, kernel, executed, gpu: GPU):
+    """timing.time_ms of each row, run once per kernel name on that name's rows with the name as a scalar: the
+    model is elementwise, so the numbers are those of one run over every row, without a string comparison per row
+    and term, and math's and eager's op chains priced on their own rows only (predict on 100,000 rows: see
+    bench/bench_predict.py)."""
+    kernel = np.asarray(kernel)
+    if kernel.ndim == 0:
+        return timing.time_ms(c, kernel, executed, gpu)
+    executed = np.broadcast_to(np.asarray(executed), kernel.shape)
+    out = np.empty(kernel.shape, dtype=np.float64)
+    for name in dict.fromkeys(kernel.tolist()):
+        rows = kernel == name
+        out[rows] = timing.time_ms(c.take(rows), str(name), executed[rows], gpu)
+    return out
+
+
 def _time_ms(c: Calls, selected, kernel, executed, gpu: GPU):
     """The timing model's time; rows priced as another backend (flash-attn) are timed as its kernel (SDPA's flash)
     on the causal (or full) call without a mask tensor, scaled by the share of tiles its window or documents keep
     (from its source: not measured)."""
-    time = timing.time_ms(c, kernel, executed, gpu)
+    time = _time_by_kernel(c, kernel, executed, gpu)
     fa = np.asarray(np.isin(selected, registry.names_where(lambda b: b.priced_as is not None)))
     if not fa.any():
         return time
-    plain = dataclasses.replace(c, mask_bool=c.mask_bool & ~fa, causal=c.causal | (c.scausal & fa),
-                                W=np.where(fa, 0, c.W), docs=np.where(fa, 1, c.docs))
-    whole = timing.time_ms(plain, kernel, flops.executed_flops(plain, kernel), gpu)
-    share = flops.block_fraction(c) / flops.block_fraction(plain)
-    return np.where(fa, whole * share, time)
+    if fa.ndim == 0:  # one call (estimate_call)
+        plain = dataclasses.replace(c, mask_bool=c.mask_bool & ~fa, causal=c.causal | (c.scausal & fa),
+                                    W=np.where(fa, 0, c.W), docs=np.where(fa, 1, c.docs))
+        whole = timing.time_ms(plain, kernel, flops.executed_flops(plain, kernel), gpu)
+        share = flops.block_fraction(c) / flops.block_fraction(plain)
+        return np.where(fa, whole * share, time)
+    # only the rows priced as another backend are timed again, without their mask tensor
+    c_fa, kernel_fa = c.take(fa), np.asarray(kernel)[fa]
+    plain = dataclasses.replace(c_fa, mask_bool=np.zeros_like(c_fa.mask_bool), causal=c_fa.causal | c_fa.scausal,
+                                W=np.zeros_like(c_fa.W), docs=np.ones_like(c_fa.docs))
+    whole = _time_by_kernel(plain, kernel_fa, flops.executed_flops(plain, kernel_fa), gpu)
+    time[fa] = whole * (flops.block_fraction(c_fa) / flops.block_fraction(plain))
+    return time
 
 
 def estimate_call(call: AttentionCall, gpu: GPU, torch_version: str = backends.DEFAULT_TORCH) -> CallEstimate:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from estimator.call.attention import CUDA_CONTEXT_BYTES
 from estimator.call.config import MAX_SEQ_LEN
 from estimator.hardware import CATALOG
-from estimator.model.budget import memory_fits
+from estimator.model.budget import budget, memory_fits
 from estimator.model.inputs import PlanInputs
 from estimator.model.state import model_state
 

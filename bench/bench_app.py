@@ -66,6 +66,59 @@ def rerun_ms(ns=(4096, 16384, 32768, 65536, 131072, 10000, 20000, 50000)) -> dic
             "repeat_n_ms": round(repeat, 1), "samples_ms": [round(s, 1) for s in samples]}
 
 
+# In the page: click Plan, then resolve with the ms until the budget's total shows `expected` (what the user waits
+# for) and until the re-run has settled (that, and no element of the previous run left stale). A MutationObserver
+# timestamps the DOM changes as they happen: no polling interval in the figure.
+RERUN_JS = """([expected, timeoutMs]) => new Promise((resolve, reject) => {
+  const total = () => [...document.querySelectorAll('[data-testid="stMetric"]')]
+      .find(e => e.innerText.includes('total per GPU'));
+  const button = [...document.querySelectorAll('button')].find(b => b.innerText.trim() === 'Plan');
+  let shown = null;
+  const t0 = performance.now();
+  const check = () => {
+    const el = total();
+    if (shown === null && el && el.innerText.includes(expected)) shown = performance.now() - t0;
+    if (shown !== null && !document.querySelector('[data-stale="true"]')
+        && !document.querySelector('[data-testid="stStatusWidget"] [data-testid="stStatusWidgetRunningIcon"]')) {
+      obs.disconnect(); clearInterval(tick); resolve([shown, performance.now() - t0]);
+    }
+  };
+  const obs = new MutationObserver(check);
+  obs.observe(document.body, {subtree: true, childList: true, characterData: true, attributes: true});
+  const tick = setInterval(() => { if (performance.now() - t0 > timeoutMs) { obs.disconnect(); clearInterval(tick);
+    reject(new Error('re-run did not finish')); } check(); }, 5);
+  button.click();
+})"""
+N_LABEL = "sequence length n (tokens)"
+
+
+def _total_text(n: int) -> str:
+    """The budget's total per GPU for the page's default plan at n, as the page writes it."""
+    from estimator.model.inputs import PlanInputs
+    from estimator.model.plan import make_plan
+    from estimator.model.presets import get_preset
+
+    inputs = PlanInputs(model=get_preset("llama-3-8b"), seq_len=n, batch=1, dtype="bfloat16", kv_dtype="bfloat16",
+                        mode="inference", backend="auto", gpu="h200", gpus=1)
+    return f"{make_plan(inputs).fit.total_bytes / 2**30:,.2f} GiB"
+
+
+def browser_rerun_ms(page, ns=(16384, 32768, 65536, 131072, 10000, 20000, 50000, 4096, 12288, 24576, 40000,
+                               100000)) -> dict:
+    """In an open planning page: for each n, fill the field, click Plan and time (in the page) until the new total
+    is shown and until the re-run has settled; medians and worsts over the ns (all new to the server)."""
+    shown, settled = [], []
+    for n in ns:
+        expected = _total_text(n)
+        page.get_by_label(N_LABEL).fill(str(n))
+        a, b = page.evaluate(RERUN_JS, [expected, 30_000])
+        shown.append(a)
+        settled.append(b)
+    return {"new_n_shown_median_ms": round(statistics.median(shown), 1), "new_n_shown_max_ms": round(max(shown), 1),
+            "new_n_settled_median_ms": round(statistics.median(settled), 1),
+            "new_n_settled_max_ms": round(max(settled), 1), "shown_samples_ms": [round(x, 1) for x in shown]}
+
+
 def browser_render_s() -> dict | None:
     """Spawn `streamlit run`; time /_stcore/health, then the budget's first metric in Chromium for a first
     session (the server's first script run) and for two more sessions (warm server)."""
@@ -109,6 +162,11 @@ def browser_render_s() -> dict | None:
             out["first_session_metric_s"] = round(sessions[0], 3)
             out["spawn_to_first_metric_s"] = round(out["server_health_s"] + sessions[0], 3)
             out["warm_session_metric_s"] = round(statistics.median(sessions[1:]), 3)
+            page = browser.new_page(viewport={"width": 1600, "height": 1200})
+            page.goto(url)
+            page.get_by_test_id("stMetric").filter(has_text="total per GPU").wait_for(timeout=90_000)
+            out["rerun"] = browser_rerun_ms(page)
+            page.close()
         finally:
             proc.terminate()
             proc.wait(timeout=10)

@@ -23,9 +23,11 @@ SOURCE_LABELS = {"preset": "Preset", "custom": "Custom architecture", "hf-config
 gib_text = partial(gib, missing="—", mib_below_1gib=False)  # the page's style: always GiB
 
 
-def xlsx_bytes(inputs) -> bytes:
+def xlsx_bytes(inputs, progress=None) -> bytes:
+    """The budget workbook; `progress(fraction, text)` is told as its budgets are computed (most of the time)."""
     sweep = cached.plan_sweep(inputs, tuple(sweeps.n_grid(inputs.seq_len)))
-    return export.plan_xlsx(cached.plan(inputs), sweep, cached.advice(inputs), plan_fn=cached.budget)
+    plan_fn = cached.budget if progress is None else export.counting_plan_fn(inputs, cached.budget, progress)
+    return export.plan_xlsx(cached.plan(inputs), sweep, cached.advice(inputs), plan_fn=plan_fn)
 
 
 def csv_text(inputs) -> str:
@@ -258,10 +260,21 @@ if export_tab.open:
                    "writes the same "
                    "workbook.")
         e1, e2, e3 = st.columns(3)
-        # Generated when clicked (deferred), so a re-run of the form does not pay for the files.
-        e1.download_button("Budget spreadsheet (.xlsx)", data=partial(xlsx_bytes, inputs), file_name=f"{stem}.xlsx",
-                           key="download_xlsx", on_click="ignore",
-                           mime="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")
+        # The workbook tabulates some 600-1,100 budgets (seconds): built when asked, with a progress bar, kept for
+        # this session's plan; the CSV and JSON are generated when clicked (deferred). A re-run of the form pays
+        # for none of them.
+        ready = st.session_state.get("xlsx_workbook")  # (inputs, bytes) of the workbook last prepared in this session
+        slot = e1.empty()  # the Prepare button, then its progress bar, then nothing
+        if (ready is None or ready[0] != inputs) and slot.button("Prepare the budget spreadsheet (.xlsx)",
+                                                                 key="prepare_xlsx"):
+            bar = slot.progress(0.0, text="Tabulating the budgets over n and batch")
+            data = xlsx_bytes(inputs, progress=lambda fraction, text: bar.progress(fraction, text=text))
+            slot.empty()
+            st.session_state["xlsx_workbook"] = ready = (inputs, data)
+        if ready is not None and ready[0] == inputs:
+            e1.download_button("Budget spreadsheet (.xlsx)", data=ready[1], file_name=f"{stem}.xlsx",
+                               key="download_xlsx", on_click="ignore",
+                               mime="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")
         e2.download_button("Plan as CSV", data=partial(csv_text, inputs), file_name=f"{stem}.csv",
                            mime="text/csv", key="download_csv", on_click="ignore")
         e3.download_button("Plan as JSON", data=partial(json_text, inputs), file_name=f"{stem}.json",

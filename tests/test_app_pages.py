@@ -158,8 +158,11 @@ def test_plan_tabs_charts_advice_and_exports_render():
     assert at.get("graphviz_chart"), "the decision tree is drawn as a graph"
     at.session_state["plan_view"] = "Export"
     at.run()
+    assert [b.label for b in at.get("download_button")] == ["Plan as CSV", "Plan as JSON"]
+    submit(at, "Prepare the budget spreadsheet (.xlsx)")  # the workbook is built when asked, with a progress bar
     labels = [b.label for b in at.get("download_button")]
     assert labels == ["Budget spreadsheet (.xlsx)", "Plan as CSV", "Plan as JSON"]
+    assert not [b for b in at.button if b.label.startswith("Prepare")]  # prepared for this plan: no second build
 
 
 # --- one attention call --------------------------------------------------------------------------------------------

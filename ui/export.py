@@ -54,6 +54,25 @@ def plan_xlsx(plan: Plan, sweep=None, advice: Sequence = (), plan_fn=None) -> by
     return _plan_xlsx(plan, rows, advice, plan_fn=plan_fn)
 
 
+def counting_plan_fn(inputs, plan_fn, progress, every: int = 20):
+    """`plan_fn` that tells `progress(fraction, text)` every `every` budgets how far the workbook's grid is: the
+    grid of n and batch (estimator/report/grid.py), two probes of the closed forms, the budgets themselves."""
+    from estimator.report.grid import batch_grid, n_grid
+
+    expected = len(n_grid(inputs)) * len(batch_grid(inputs)) + 2
+    done = 0
+
+    def counted(plan_inputs):
+        nonlocal done
+        done += 1
+        if done % every == 0 or done == expected:
+            progress(min(done / expected, 1.0), f"Tabulating the budgets over n and batch: {min(done, expected):,} "
+                                                f"of {expected:,}")
+        return plan_fn(plan_inputs)
+
+    return counted
+
+
 def plan_json(plan: Plan, advice: Sequence = ()) -> str:
     """The whole plan as one JSON object: profile-template fields, inputs, model, the plan's keys and advice."""
     inputs = plan.inputs

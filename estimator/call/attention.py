@@ -122,8 +122,10 @@ def replay_fits_rows(c: Calls, backend: str, gpu: GPU) -> np.ndarray:
     return out
 
 
-def estimate_columns(c: Calls, requested, gpu: GPU, torch_version: str = backends.DEFAULT_TORCH) -> dict:
-    """Vectorized estimate. `requested` is the backend column (auto or a registered backend's name)."""
+def estimate_columns(c: Calls, requested, gpu: GPU, torch_version: str = backends.DEFAULT_TORCH, *,
+                     timed: bool = True) -> dict:
+    """Vectorized estimate. `requested` is the backend column (auto or a registered backend's name). timed=False
+    leaves the time model out (time_ms None): what a question about memory alone needs (the solvers')."""
     requested = np.asarray(requested, dtype=object)
     ok = backends.eligibility(c, gpu.sm, torch_version)
     auto = backends.select(c, gpu.sm, torch_version)
@@ -132,9 +134,12 @@ def estimate_columns(c: Calls, requested, gpu: GPU, torch_version: str = backend
     for name, can in ok.items():
         supported = supported | ((selected == name) & can)
     selected = np.where(supported, selected, "none")
+    # the names as fixed-width text for the per-name tests below (numpy compares those in C, object arrays per
+    # element in Python); `selected` itself is returned as it was
+    names = selected.astype(str) if np.ndim(selected) else selected
     peak, retained = peaks_for(c, selected, gpu)
-    inputs = c.input_bytes(selected)
-    cublas = _cublas_workspace_bytes(c, selected)
+    inputs = c.input_bytes(names)
+    cublas = _cublas_workspace_bytes(c, names)
     available = gpu.memory_bytes - CUDA_CONTEXT_BYTES
     need = inputs + peak + cublas
     fits = supported & (need <= available)
@@ -147,35 +152,63 @@ def estimate_columns(c: Calls, requested, gpu: GPU, torch_version: str = backend
             fits[rows] = replay_fits_rows(c.take(rows), str(name), gpu)
         fits = fits.reshape(np.shape(selected))
     # a backend `priced_as` another (flash-attn: FA2) is timed as that one's kernels
-    kernel = registry.column(selected, lambda b: b.priced_as or b.name, "none").astype(object)
-    executed = flops.executed_flops(c, selected)
+    kernel = registry.column(names, lambda b: b.priced_as or b.name, "none").astype(object)
+    executed = flops.executed_flops(c, names)
     return {"supported": supported, "selected_backend": selected, "peak_extra_bytes": peak,
             "forward_retained_bytes": retained, "input_bytes": inputs, "fits": fits,
-            "flops": flops.counted_flops(c, selected), "executed_flops": executed,
-            "time_ms": _time_ms(c, selected, kernel, executed, gpu),
+            "flops": flops.counted_flops(c, names), "executed_flops": executed,
+            "time_ms": _time_ms(c, names, kernel, executed, gpu) if timed else None,
             "scores_bytes": c.B * c.Hq * c.L * c.S * c.es, "kv_bytes": 2 * c.B * c.Hk * c.S * c.D * c.es}
+
+
+def _time_by_kernel(c: Calls, kernel, executed, gpu: GPU):
+    """timing.time_ms of each row, run once per kernel name on that name's rows with the name as a scalar: the
+    model is elementwise, so the numbers are those of one run over every row, without a string comparison per row
+    and term, and math's and eager's op chains priced on their own rows only (predict on 100,000 rows: see
+    bench/bench_predict.py)."""
+    kernel = np.asarray(kernel)
+    if kernel.ndim == 0:
+        return timing.time_ms(c, kernel, executed, gpu)
+    executed = np.broadcast_to(np.asarray(executed), kernel.shape)
+    out = np.empty(kernel.shape, dtype=np.float64)
+    text = kernel.astype(str)
+    for name in np.unique(text).tolist():
+        rows = text == name
+        if rows.ndim == 1:
+            rows = np.flatnonzero(rows)  # positions: cheaper than a mask for each of the columns taken
+        out[rows] = timing.time_ms(c.take(rows), str(name), executed[rows], gpu)
+    return out
 
 
 def _time_ms(c: Calls, selected, kernel, executed, gpu: GPU):
     """The timing model's time; rows priced as another backend (flash-attn) are timed as its kernel (SDPA's flash)
     on the causal (or full) call without a mask tensor, scaled by the share of tiles its window or documents keep
     (from its source: not measured)."""
-    time = timing.time_ms(c, kernel, executed, gpu)
+    time = _time_by_kernel(c, kernel, executed, gpu)
     fa = np.asarray(np.isin(selected, registry.names_where(lambda b: b.priced_as is not None)))
     if not fa.any():
         return time
-    plain = dataclasses.replace(c, mask_bool=c.mask_bool & ~fa, causal=c.causal | (c.scausal & fa),
-                                W=np.where(fa, 0, c.W), docs=np.where(fa, 1, c.docs))
-    whole = timing.time_ms(plain, kernel, flops.executed_flops(plain, kernel), gpu)
-    share = flops.block_fraction(c) / flops.block_fraction(plain)
-    return np.where(fa, whole * share, time)
+    if fa.ndim == 0:  # one call (estimate_call)
+        plain = dataclasses.replace(c, mask_bool=c.mask_bool & ~fa, causal=c.causal | (c.scausal & fa),
+                                    W=np.where(fa, 0, c.W), docs=np.where(fa, 1, c.docs))
+        whole = timing.time_ms(plain, kernel, flops.executed_flops(plain, kernel), gpu)
+        share = flops.block_fraction(c) / flops.block_fraction(plain)
+        return np.where(fa, whole * share, time)
+    # only the rows priced as another backend are timed again, without their mask tensor
+    c_fa, kernel_fa = c.take(fa), np.asarray(kernel)[fa]
+    plain = dataclasses.replace(c_fa, mask_bool=np.zeros_like(c_fa.mask_bool), causal=c_fa.causal | c_fa.scausal,
+                                W=np.zeros_like(c_fa.W), docs=np.ones_like(c_fa.docs))
+    whole = _time_by_kernel(plain, kernel_fa, flops.executed_flops(plain, kernel_fa), gpu)
+    time[fa] = whole * (flops.block_fraction(c_fa) / flops.block_fraction(plain))
+    return time
 
 
-def estimate_call(call: AttentionCall, gpu: GPU, torch_version: str = backends.DEFAULT_TORCH) -> CallEstimate:
-    """Everything the planner knows about one call on one GPU."""
+def estimate_call(call: AttentionCall, gpu: GPU, torch_version: str = backends.DEFAULT_TORCH, *,
+                  timed: bool = True) -> CallEstimate:
+    """Everything the planner knows about one call on one GPU (timed=False: all but its time, time_ms None)."""
     torch_version = backends.check_torch_version(torch_version)
     c = Calls.from_call(call)
-    cols = estimate_columns(c, call.backend, gpu, torch_version)
+    cols = estimate_columns(c, call.backend, gpu, torch_version, timed=timed)
     supported = bool(cols["supported"])
     backend = str(cols["selected_backend"])
     if call.backend == "eager":
@@ -188,6 +221,6 @@ def estimate_call(call: AttentionCall, gpu: GPU, torch_version: str = backends.D
         forward_retained_bytes=int(cols["forward_retained_bytes"]) if supported else None,
         input_bytes=int(cols["input_bytes"]), fits=bool(cols["fits"]), flops=int(cols["flops"]),
         executed_flops=int(round(float(cols["executed_flops"]))),
-        time_ms=float(cols["time_ms"]) if supported else None,
+        time_ms=float(cols["time_ms"]) if supported and timed else None,
         scores_bytes=int(cols["scores_bytes"]), kv_bytes=int(cols["kv_bytes"]),
         error_band=registry.get(backend).error_band if backend in registry.names() else (0.0, 0.0))

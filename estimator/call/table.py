@@ -38,8 +38,27 @@ class _Errors:
             self.msg[bad] = text if isinstance(text, str) else np.asarray(text, dtype=object)[bad]
 
 
+def _plain_integers(series: pd.Series) -> np.ndarray | None:
+    """A text column held by pyarrow (predict's reader) whose every cell is 1-15 ASCII digits, as floats (exact:
+    below 2**53), converted by pyarrow; None for any other column."""
+    if not (isinstance(series.dtype, pd.StringDtype) and series.dtype.storage == "pyarrow"):
+        return None
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    cells = pa.array(series.array)
+    if len(cells) == 0 or pc.all(pc.match_substring_regex(cells, r"^[0-9]{1,15}$"), skip_nulls=False).as_py() \
+            is not True:
+        return None
+    return pc.cast(cells, pa.int64()).to_numpy(zero_copy_only=False).astype(np.float64)
+
+
 def _numeric(series: pd.Series) -> np.ndarray:
-    """Floats from a column of strings; numpy's parser first (fast), pandas' coercion if any is malformed."""
+    """Floats from a column of strings; plain integers through pyarrow, else numpy's parser (fast), pandas'
+    coercion if any is malformed."""
+    plain = _plain_integers(series)
+    if plain is not None:
+        return plain
     try:
         return series.to_numpy(dtype=object).astype(np.float64)
     except (ValueError, TypeError):

@@ -40,20 +40,50 @@ class _Lines:
         self.number = 0
         self.pending: deque[tuple[int, str]] = deque()
         self.taken: list[tuple[int, str]] = []
+        self.first_of_batch = 1
 
     def __iter__(self):
         return self
 
     def _read(self) -> tuple[int, str] | None:
         if self.pending:
-            return self.pending.popleft()
-        line = self.fh.readline(MAX_LINE_CHARS)
-        if not line:
-            return None
-        self.number += 1
+            number, line = self.pending.popleft()
+            self.number = max(self.number, number)  # a line of a pushed-back batch is read now
+        else:
+            line = self.fh.readline(MAX_LINE_CHARS)
+            if not line:
+                return None
+            self.number += 1
+            number = self.number
         if len(line) >= MAX_LINE_CHARS and not line.endswith("\n"):
-            raise ValueError(f"{self.source}: line {self.number} is longer than {MAX_LINE_CHARS:,} characters")
-        return self.number, line
+            raise ValueError(f"{self.source}: line {number} is longer than {MAX_LINE_CHARS:,} characters")
+        return number, line
+
+    def batch(self, n: int) -> tuple[list[str], bool]:
+        """Up to n more physical lines straight from the file (none may be pending), and whether they are plain:
+        the batch stops early, not plain, at a line longer than MAX_FIELD_CHARS (so it holds at most about n times
+        that); push_back() returns its lines to be read one by one."""
+        out = []
+        readline = self.fh.readline
+        plain = True
+        for _ in range(n):
+            line = readline(MAX_LINE_CHARS)
+            if not line:
+                break
+            out.append(line)
+            if len(line) > MAX_FIELD_CHARS:
+                plain = False
+                break
+        self.first_of_batch = self.number + 1
+        return out, plain
+
+    def took(self, batch: list[str]) -> None:
+        """The lines of the last batch() were read as rows."""
+        self.number += len(batch)
+
+    def push_back(self, batch: list[str]) -> None:
+        """The lines of the last batch(), to be read one by one (the careful reader)."""
+        self.pending.extend(enumerate(batch, start=self.first_of_batch))
 
     def __next__(self) -> str:
         item = self._read()
@@ -89,6 +119,38 @@ def _clean(cell: str) -> str:
     return cell.encode("utf-8", "surrogateescape").decode("utf-8", "replace") if _UNDECODABLE.search(cell) else cell
 
 
+def _plain_frame(batch: list[str], header: list[str]) -> pd.DataFrame | None:
+    """The frame of a batch of lines that every reader reads alike, parsed by pyarrow's CSV reader (C++, as
+    pandas' own read_csv with engine="pyarrow"), or None where the line-by-line reader must decide: a quote
+    (quoted cells, stray quotes), a NUL, a carriage return that does not end a line with its line feed, a blank
+    line (skipped, but counted in row numbers), bytes that are not UTF-8 or a field count other than the
+    header's (pyarrow refuses the batch). Every cell is text, as the line-by-line reader gives it."""
+    try:
+        import pyarrow as pa
+        from pyarrow import csv as pacsv
+    except ImportError:  # pragma: no cover - pyarrow is in requirements.txt
+        return None
+    text = "".join(batch)
+    if not text or '"' in text or "\x00" in text or text.count("\r") != text.count("\r\n"):
+        return None
+    if text[0] in "\r\n" or "\n\n" in text or "\n\r\n" in text:
+        return None
+    if not text.isascii() and _UNDECODABLE.search(text):
+        return None
+    try:
+        table = pacsv.read_csv(
+            io.BytesIO(text.encode("utf-8")),
+            read_options=pacsv.ReadOptions(column_names=header, block_size=1 << 24),
+            parse_options=pacsv.ParseOptions(newlines_in_values=False),
+            convert_options=pacsv.ConvertOptions(column_types={name: pa.string() for name in header},
+                                                 strings_can_be_null=False, quoted_strings_can_be_null=False))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if table.num_rows != len(batch):
+        return None
+    return table.to_pandas()
+
+
 def read_csv_chunks(path, chunk_rows: int = CHUNK_ROWS) -> tuple[list[str], Iterator[tuple[pd.DataFrame,
                                                                                           np.ndarray]]]:
     """The header, and an iterator of (frame of text cells, per-row reader errors) of at most chunk_rows rows.
@@ -121,13 +183,13 @@ def read_csv_chunks(path, chunk_rows: int = CHUNK_ROWS) -> tuple[list[str], Iter
         fh.close()
         raise
     width = len(header)
+    record = 1  # records read so far, the header included (row numbers in error messages)
 
     def records() -> Iterator[tuple[list[str], str]]:
         """(cells, reader error) per record. A record that spans several lines and reads wrongly under a strict
         reader (_stray_quote), or whose field outgrows the size limit, holds a stray quote: its first line is an
         error row that says so, and the lines it swallowed are read again as rows."""
-        nonlocal reader
-        record = 1
+        nonlocal reader, record
         while True:
             lines.taken = []
             try:
@@ -158,12 +220,27 @@ def read_csv_chunks(path, chunk_rows: int = CHUNK_ROWS) -> tuple[list[str], Iter
             yield raw, error
 
     def rows() -> Iterator[tuple[pd.DataFrame, np.ndarray]]:
+        """Chunks of chunk_rows rows (the last shorter). A chunk of plain lines (_plain_frame) is parsed at once;
+        any other goes through records() line by line, which gives the same cells."""
+        nonlocal record
         previous = csv.field_size_limit()
         yielded = False
         source = records()
         try:
             csv.field_size_limit(MAX_LINE_CHARS)
             while True:
+                if not lines.pending:
+                    batch, plain = lines.batch(chunk_rows)
+                    frame = _plain_frame(batch, header) if plain else None
+                    if frame is not None:
+                        record += len(batch)
+                        lines.took(batch)
+                        yielded = True
+                        yield frame, np.full(len(batch), "", dtype=object)
+                        if len(batch) < chunk_rows:
+                            return
+                        continue
+                    lines.push_back(batch)
                 cells, errors = [], []
                 for raw, error in source:
                     cells.append((raw + [""] * width)[:width])

@@ -208,10 +208,20 @@ class Plan:
 
 def budget(inputs: PlanInputs) -> Plan:
     """Memory, FLOPs and time of the plan without the solvers. Per-GPU bytes, whole-model FLOPs."""
+    return _budget(inputs, attention_layers(inputs), timed=True)
+
+
+def memory_fits(inputs: PlanInputs) -> bool:
+    """budget(inputs).fits without the FLOPs and times (which the verdict does not read): what the solvers ask
+    some 20-90 times per answer, at a fraction of the cost (bench/bench_plan.py)."""
+    return _budget(inputs, attention_layers(inputs, timed=False), timed=False)
+
+
+def _budget(inputs: PlanInputs, attn: list[LayerAttention], *, timed: bool):
+    """The plan of budget() (timed), or only its memory verdict, `fits` (not timed)."""
     m, gpu = inputs.model, gpu_of(inputs)
     z = _sizes(inputs)
     training = inputs.mode == "training"
-    attn = attention_layers(inputs)
     unsupported = [a for a in attn if not a.memory.supported or not a.timing.supported
                    or (a.forward_timing is not None and not a.forward_timing.supported)]
     selected = attn[-1].memory.selected_backend if not unsupported else "none"  # the longest-span layers'
@@ -250,6 +260,8 @@ def budget(inputs: PlanInputs) -> Plan:
     reserve = 0 if unsupported else largest_allocation_bytes(inputs, attn, z)
     fit = fit_verdict(total_bytes=total, capacity_bytes=capacity, allocator_reserve_bytes=reserve,
                       cannot_run=_unsupported_verdict(inputs, unsupported) if unsupported else "")
+    if not timed:
+        return fit.fits
 
     flops = plan_flops(inputs, attn, unsupported=bool(unsupported))
     times = plan_times(inputs, attn, gpu, params_gpu, weights, kv_cache, flops, unsupported=bool(unsupported))

@@ -93,12 +93,12 @@ def priced_attention_call(inputs: PlanInputs) -> AttentionCall:
     return attention_call(inputs, span, **whole)
 
 
-def attention_layers(inputs: PlanInputs) -> list[LayerAttention]:
+def attention_layers(inputs: PlanInputs, *, timed: bool = True) -> list[LayerAttention]:
     """One estimate_call per distinct window, priced as the framework runs it. Without a window: (seq_len ×
     seq_len), causal for decoders. With a window through SDPA: the full (seq_len × seq_len) call with a bool mask
     (no causal flag), k and v repeated to every query head (HF's `use_gqa_in_sdpa` refuses GQA with a mask), so the
     fused backends that take no mask (flash) cannot run it. Eager computes the full causal scores whatever the
-    window (the window lives in its float mask)."""
+    window (the window lives in its float mask). timed=False: the estimates without their time (budget.memory_fits)."""
     m, gpu = inputs.model, gpu_of(inputs)
     out = []
     for window in sorted(set(inputs.windows), key=lambda w: (w is None, w or 0)):
@@ -111,7 +111,7 @@ def attention_layers(inputs: PlanInputs) -> list[LayerAttention]:
                     * m.head_dim >= 2**63):
                 raise ValueError(f"seq_len: {inputs.seq_len:,} tokens at batch {inputs.batch} is past what the "
                                  "attention estimator can count (int64 FLOPs)")
-            return estimate_call(attention_call(inputs, span, **call_fields), gpu, inputs.torch_version)
+            return estimate_call(attention_call(inputs, span, **call_fields), gpu, inputs.torch_version, timed=timed)
 
         timing = estimate()
         # ring attention (cp > 1): one (n/cp × n/cp) block at a time, off-diagonal blocks dense

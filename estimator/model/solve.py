@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from estimator.call.attention import CUDA_CONTEXT_BYTES
 from estimator.call.config import MAX_SEQ_LEN
 from estimator.hardware import CATALOG
-from estimator.model.budget import budget
+from estimator.model.budget import budget, memory_fits
 from estimator.model.inputs import PlanInputs
 from estimator.model.state import model_state
 
@@ -26,7 +26,7 @@ GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 
 def _fits(inputs: PlanInputs, **changes) -> bool:
     try:
-        return budget(replace(inputs, **changes)).fits
+        return memory_fits(replace(inputs, **changes))  # budget(...).fits without its times
     except ValueError:  # e.g. cp larger than the sequence: that size is not a plan
         return False
 

@@ -56,8 +56,11 @@ def test_spreadsheet_download_has_live_formulas_and_estimator_values(page, app_u
     page.goto(f"{app_url}/?seq_len=16384")
     expect(metric(page, "total per GPU")).to_have_text(gib_text(estimator_plan(16384)["total_bytes"]))
     page.get_by_role("tab", name="Export").click()
+    page.get_by_role("button", name="Prepare the budget spreadsheet (.xlsx)").click()
+    # built with a progress bar (some 600 budgets: seconds, minutes on a loaded CI machine), then offered
+    page.get_by_role("button", name="Budget spreadsheet (.xlsx)", exact=True).wait_for(timeout=300_000)
     with page.expect_download() as info:
-        page.get_by_role("button", name="Budget spreadsheet (.xlsx)").click()
+        page.get_by_role("button", name="Budget spreadsheet (.xlsx)", exact=True).click()
     data = Path(info.value.path()).read_bytes()
     plan = estimator_plan(16384)
     formulas = openpyxl.load_workbook(io.BytesIO(data))

@@ -58,3 +58,19 @@ def test_page_cli_workbook_and_advice_agree_on_verdict_and_total(tmp_path):
     assert not differing, differing
     assert {r["status"] for r in rows} == {"fits", "does not fit", "cannot run"}
     assert sum(r["advice_effects"] for r in rows) > 0  # the advice-effect check checked something
+
+
+@pytest.mark.parametrize("k", range(0, 40, 4))
+def test_the_workbook_grid_without_the_time_model_is_the_same_grid(k):
+    """tests/agreement.py builds each workbook with `memory_plan` (budget(times=False)) as the grid's plan: the
+    workbook reads only bytes and verdicts from it (grid.tabulate, cells.closed_forms), so both give one workbook."""
+    from estimator.report.cells import closed_forms
+    from estimator.report.grid import batch_grid, n_grid, tabulate
+
+    inputs = agreement.inputs_of(agreement.random_plans(40)[k])
+    full = lambda i: make_plan(i, solve=False)  # noqa: E731 (the workbook's default grid plan)
+    ns, bs = n_grid(inputs), batch_grid(inputs)
+    ns, bs = ns[:: max(1, len(ns) // 4)], bs[:: max(1, len(bs) // 3)]  # a spread of the grid, in test time
+    assert tabulate(inputs, agreement.memory_plan, ns, bs) == tabulate(inputs, full, ns, bs)
+    plan = make_plan(inputs, solve=False)
+    assert closed_forms(inputs, plan, agreement.memory_plan) == closed_forms(inputs, plan, full)

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import settings
 
+from estimator.advice.core import advised_call
 from estimator.advice.plan_rules import eager_forward_peak_bytes
 from estimator.call.attention import estimate_call
 from estimator.call.backends import DEFAULT_TORCH
@@ -158,7 +159,7 @@ def check_effect(inputs, options, advice):
             assert advice.bytes_after == after.total_bytes
             assert advice.time_ms_after == pytest.approx(getattr(after, time_key), rel=1e-12)
         return
-    call = attention_call(inputs, mask=options["mask"], **({"causal": False} if options["mask"] != "none" else {}))
+    call = advised_call(inputs, options["mask"])  # the call the plan prices (a window: its dense-masked call)
     if options["cached_len"]:
         call = replace(call, q_len=call.kv_len - options["cached_len"])
     gpu = get_gpu(inputs.gpu)

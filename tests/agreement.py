@@ -267,6 +267,29 @@ def done_indices(path: Path) -> set[int]:
         return {int(r["index"]) for r in csv.DictReader(fh)}
 
 
+def summary_md(table: list[dict], meta: dict, csv_path: Path) -> str:
+    """A short report of a written table (its rows as read back from the CSV: every value a string)."""
+    from collections import Counter
+
+    statuses = Counter(r["status"] for r in table)
+    differing = [r for r in table if r["agree"] != "True"]
+    effects = sum(int(r["advice_effects"]) for r in table)
+    equal = sum(int(r["advice_effects_equal_replan"]) for r in table)
+    lines = [f"# One truth on every surface: {len(table)} seeded plans", "",
+             f"`{meta['command']}` (seed {meta['seed']}, {meta['workers']} worker processes; commit "
+             f"{meta['commit'][:10]}, {meta['date_utc']}, {meta['machine']}; {meta['wall_s']:,.0f} s wall).", "",
+             f"Per plan, `{Path(csv_path).name}` holds the inputs and what each surface says: the estimator's "
+             "verdict and total, `plan --json`, the plan page (Streamlit AppTest), the budget workbook recalculated "
+             "by LibreOffice, `advise`, and whether each advice effect equals the re-plan of its change.", "",
+             f"- plans: {len(table)} of the {meta['plans']} asked for; verdicts: "
+             + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())),
+             f"- every surface agrees on {len(table) - len(differing)} of {len(table)} plans",
+             f"- advice effects re-planned: {effects}, equal to the re-plan: {equal}"]
+    for r in differing:
+        lines.append(f"  - plan {r['index']} ({', '.join(f'{k}={r[k]}' for k in PLAN_KEYS)}): {r['disagreements']}")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.agreement", description=__doc__.split("\n\n")[0])
     parser.add_argument("--plans", type=int, default=20, help="how many seeded random plans (default 20)")
@@ -274,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=default_workers(), help="processes for the per-plan work")
     parser.add_argument("--chunk", type=int, default=20, help="plans per LibreOffice run; the table grows by chunks")
     parser.add_argument("--resume", action="store_true", help="keep the rows already in --csv, run the others")
+    parser.add_argument("--limit-s", type=float, default=None,
+                        help="start no new chunk after this many seconds (the table keeps the chunks done)")
     parser.add_argument("--csv", type=Path, required=True, help="where the per-plan table goes")
     args = parser.parse_args(argv)
     if args.plans < 1 or args.chunk < 1 or args.workers < 1:
@@ -288,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as stack:
         pool = stack.enter_context(worker_pool(args.workers)) if args.workers > 1 else None
         for start in range(0, len(todo), args.chunk):
+            if args.limit_s is not None and time.time() - started > args.limit_s:
+                print(f"--limit-s {args.limit_s:g} reached: stopping with {len(done) + start} plans", flush=True)
+                break
             with tempfile.TemporaryDirectory() as tmp:
                 rows = run(args.plans, Path(tmp), workers=args.workers, seed=args.seed,
                            indices=todo[start:start + args.chunk], pool=pool)
@@ -298,13 +326,15 @@ def main(argv: list[str] | None = None) -> int:
         table = list(csv.DictReader(fh))
     agree = sum(r["agree"] == "True" for r in table)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    meta = {"command": "python -m tests.agreement " + " ".join(argv if argv is not None else sys.argv[1:]),
+    command = "python -m tests.agreement " + " ".join(argv if argv is not None else sys.argv[1:])
+    meta = {"command": command, "runs": [*meta.get("runs", []), {"command": command, "rows_before": len(done)}],
             "commit": commit, "plans": args.plans, "rows": len(table), "seed": args.seed, "workers": args.workers,
             "wall_s": round(meta.get("wall_s", 0.0) + time.time() - started, 1), "agree": agree,
             "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores (shared), Python "
                        f"{platform.python_version()}"}
     meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    Path(args.csv).with_suffix(".md").write_text(summary_md(table, meta, args.csv))
     print(f"{agree} of {len(table)} plans agree on every surface ({meta['wall_s']:.0f} s)")
     return 0 if agree == len(table) == args.plans else 1
 

@@ -38,6 +38,7 @@ PRESETS = ("llama-3-8b", "llama-3.1-8b", "mistral-7b", "qwen2.5-7b", "gemma-2-9b
            "vit-l-16", "qwen1.5-moe-a2.7b", "llama-3.1-70b")
 PLAN_KEYS = ("preset", "seq_len", "batch", "dtype", "kv_dtype", "mode", "gpu", "backend")
 STATUS_OF_YES_NO = {"yes": "fits", "no": "does not fit", "cannot run": "cannot run"}
+PAGE_TIMEOUT_S = 600
 HEADROOM_ROW = "headroom (capacity − total − allocator reserve)"
 ROW_FIELDS = ("index", "seed", *PLAN_KEYS,
               "status", "fits", "total_bytes", "headroom_bytes",  # the estimator's own plan (fit_verdict)
@@ -93,7 +94,8 @@ def page_verdict(fields: dict) -> tuple[str, str]:
 
     from tests.test_app_pages import ROOT, TIMEOUT, plain
 
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    # a bound on one script run, not a timing check: generous, since the run shares a busy machine
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=max(TIMEOUT, PAGE_TIMEOUT_S))
     at.query_params.update({k: str(v) for k, v in fields.items()})
     main = sys.modules.get("__main__")
     try:

@@ -248,8 +248,11 @@ def worker_pool(workers: int) -> ProcessPoolExecutor:
 
 
 def default_workers() -> int:
-    """AGREEMENT_WORKERS, else one per CPU core (at most 2: the development machine's count)."""
-    return int(os.environ.get("AGREEMENT_WORKERS", min(2, os.cpu_count() or 1)))
+    """AGREEMENT_WORKERS, else one per CPU core (at most 2: the development machine's count); 1 inside a
+    pytest-xdist worker, whose siblings hold the other cores already."""
+    if "AGREEMENT_WORKERS" in os.environ:
+        return int(os.environ["AGREEMENT_WORKERS"])
+    return 1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, os.cpu_count() or 1)
 
 
 def write_csv(rows: list[dict], path: Path, *, append: bool = False) -> None:

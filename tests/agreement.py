@@ -174,7 +174,8 @@ def check_plan(index: int, fields: dict, work_dir: str) -> dict:
     fit = plan.fit
     doc = cli_json(fields)
     page_status, page_total = page_verdict(fields)
-    return {"index": index, "seed": SEED, **fields, "status": fit.status, "fits": plan.fits, "total_bytes": plan.total_bytes,
+    return {"index": index, "seed": SEED, **fields, "status": fit.status, "fits": plan.fits,
+            "total_bytes": plan.total_bytes,
             "headroom_bytes": None if fit.status == "cannot run" else fit.headroom_bytes,
             "cli_status": doc["fit_status"], "cli_total_bytes": doc["total_bytes"], "cli_fits": doc["fits"],
             "page_status": page_status, "page_total": page_total,

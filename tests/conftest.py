@@ -24,7 +24,6 @@ from estimator.call.backends import DEFAULT_TORCH
 from estimator.call.config import DTYPE_BITS, KV_DTYPE_BITS
 from estimator.hardware import get_gpu
 from estimator.model.budget import Component, Plan
-from estimator.model.layer_attention import attention_call
 from estimator.model.plan import make_plan
 
 settings.register_profile("ci", max_examples=40, deadline=None)

@@ -5,7 +5,8 @@ estimator's re-plan of its change (tests/agreement.py does the work).
 Slow (each plan tabulates a workbook and renders the page): `pytest -m slow tests/test_one_truth.py`. The suite
 checks 20 plans (CI time); AGREEMENT_PLANS=200 runs the full-size check, and
 `python -m tests.agreement --plans 200 --csv PATH` writes its per-plan table (validation/data/one_truth_agreement.csv
-holds the committed one). The per-plan work runs in AGREEMENT_WORKERS processes (default: one per core, at most 2; one under pytest -n)."""
+holds the committed one). The per-plan work runs in AGREEMENT_WORKERS processes (default: one per core, at most 2;
+one under pytest -n)."""
 
 from __future__ import annotations
 

@@ -17,13 +17,13 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import settings
 
+from estimator.advice.core import advised_call
 from estimator.advice.plan_rules import eager_forward_peak_bytes
 from estimator.call.attention import estimate_call
 from estimator.call.backends import DEFAULT_TORCH
 from estimator.call.config import DTYPE_BITS, KV_DTYPE_BITS
 from estimator.hardware import get_gpu
 from estimator.model.budget import Component, Plan
-from estimator.model.layer_attention import attention_call
 from estimator.model.plan import make_plan
 
 settings.register_profile("ci", max_examples=40, deadline=None)
@@ -168,7 +168,7 @@ def check_effect(inputs, options, advice):
             assert advice.bytes_after == after.total_bytes
             assert advice.time_ms_after == pytest.approx(getattr(after, time_key), rel=1e-12)
         return
-    call = attention_call(inputs, mask=options["mask"], **({"causal": False} if options["mask"] != "none" else {}))
+    call = advised_call(inputs, options["mask"])  # the call the plan prices (a window: its dense-masked call)
     if options["cached_len"]:
         call = replace(call, q_len=call.kv_len - options["cached_len"])
     gpu = get_gpu(inputs.gpu)

@@ -18,6 +18,7 @@ from estimator.model.inputs import PlanInputs
 from estimator.model.plan import make_plan
 from estimator.model.presets import get_preset
 from estimator.report import cells, grid
+from tests import libreoffice
 from ui import export, sweeps
 
 CASES = {
@@ -174,37 +175,18 @@ def test_tabulated_rows_agree_with_the_estimator_within_1_percent_after_edits():
             assert abs(total - plan.total_bytes) <= 0.01 * plan.total_bytes, (case, n, b)
 
 
-def _soffice():
-    import shutil
-
-    return shutil.which("soffice") or shutil.which("libreoffice")
-
-
 def recalculated(data: bytes, edits: dict, tmp_path):
     """The workbook with `edits` on its Inputs sheet, recalculated by LibreOffice (headless), read back."""
-    import subprocess
-
     wb = openpyxl.load_workbook(io.BytesIO(data))
     ws = wb["Inputs"]
     for r in range(1, ws.max_row + 1):
         if ws.cell(r, 4).value in edits:
             ws.cell(r, 2).value = edits[ws.cell(r, 4).value]
     wb.save(tmp_path / "edited.xlsx")
-    profile = tmp_path / "profile"
-    (profile / "user").mkdir(parents=True)
-    # Recalculate every formula on load (LibreOffice's default for .xlsx is to trust the cached values).
-    (profile / "user" / "registrymodifications.xcu").write_text(
-        '<?xml version="1.0" encoding="UTF-8"?>\n<oor:items xmlns:oor="http://openoffice.org/2001/registry" '
-        'xmlns:xs="http://www.w3.org/2001/XMLSchema" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">'
-        '<item oor:path="/org.openoffice.Office.Calc/Formula/Load"><prop oor:name="OOXMLRecalcMode" oor:op="fuse">'
-        '<value>0</value></prop></item></oor:items>')
-    subprocess.run([_soffice(), f"-env:UserInstallation=file://{profile}", "--headless", "--calc", "--convert-to",
-                    "xlsx", "--outdir", str(tmp_path / "out"), str(tmp_path / "edited.xlsx")],
-                   check=True, capture_output=True, timeout=180)
-    return openpyxl.load_workbook(tmp_path / "out" / "edited.xlsx", data_only=True)
+    return libreoffice.recalculate([tmp_path / "edited.xlsx"], tmp_path, timeout_s=180)[0]
 
 
-@pytest.mark.skipif(_soffice() is None, reason="LibreOffice (soffice) is not installed: apt-get install -y "
+@pytest.mark.skipif(libreoffice.soffice() is None, reason="LibreOffice (soffice) is not installed: apt-get install -y "
                     "libreoffice-calc")
 @pytest.mark.parametrize("case, n, batch", [("llama-3-8b serve 8k", 131072, 5), ("training eager", 6000, 3),
                                             ("llama-2-70b tp8 cp2", 50000, 20)])
@@ -254,3 +236,23 @@ def test_csv_reproduces_the_plan_inputs():
     rebuilt = PlanInputs(model=get_preset("llama-2-70b"), **{k: (None if v == "" else v) for k, v in given.items()})
     assert make_plan(rebuilt, solve=False).total_bytes == make_plan(inputs, solve=False).total_bytes
     assert given["precision"] == "bf16-true" and given["optimizer"] == "sgd" and given["zero"] == "2"
+
+
+def test_plan_fields_are_every_plan_input():
+    """The exported inputs are PlanInputs' own fields (estimator/model/inputs.py), none hand-listed or left out."""
+    assert set(export.PLAN_FIELDS) == {f.name for f in dataclasses.fields(PlanInputs)} - {"model"}
+
+
+def test_csv_and_json_carry_expert_parallel_and_the_kv_layout():
+    inputs = make_inputs("qwen1.5-moe-a2.7b", seq_len=4096, ep=2, gpus=2, gpus_per_node=4, kv_layout="hf",
+                         gemm_efficiency=0.5)
+    plan = make_plan(inputs, solve=False)
+    rows = list(csv.reader(io.StringIO(export.plan_csv(plan))))
+    given = {k: v for s, k, v in rows if s == "input"}
+    assert (given["ep"], given["kv_layout"], given["gpus_per_node"], given["gemm_efficiency"]) == ("2", "hf", "4",
+                                                                                                    "0.5")
+    rebuilt = PlanInputs(model=get_preset("qwen1.5-moe-a2.7b"),
+                         **{k: (None if v == "" else v) for k, v in given.items()})
+    assert make_plan(rebuilt, solve=False).total_bytes == plan.total_bytes
+    doc = json.loads(export.plan_json(plan))
+    assert doc["plan_inputs"]["ep"] == 2 and doc["plan_inputs"]["kv_layout"] == "hf"

@@ -15,14 +15,14 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from estimator.model.inputs import PLAN_INPUT_DEFAULTS
 from estimator.report.xlsx import plan_xlsx as _plan_xlsx
 
 if TYPE_CHECKING:
     from estimator.model.budget import Plan
 
-PLAN_FIELDS = ("seq_len", "batch", "dtype", "kv_dtype", "mode", "checkpointing", "precision", "optimizer", "window",
-               "backend", "gpu", "gpus", "tp", "cp", "zero", "micro_batch", "sequence_parallel", "persistent_grads",
-               "logits", "torch_version")
+# every PlanInputs field besides the model: n, then those with a default (estimator/model/inputs.py, their one home)
+PLAN_FIELDS = ("seq_len", *PLAN_INPUT_DEFAULTS)
 
 
 def profile_template(inputs) -> dict:

@@ -12,7 +12,7 @@ from estimator.call.backends import PRIORITY_CUDNN_FIRST
 from estimator.call.config import AttentionCall
 from estimator.call.registry import SDPA_FUSED
 from estimator.hardware import get_gpu
-from estimator.model.layer_attention import attention_call
+from estimator.model.layer_attention import attention_call, priced_attention_call
 from estimator.units import gib
 
 if TYPE_CHECKING:
@@ -99,6 +99,22 @@ def replan_changes(inputs, changes: dict) -> dict:
     return out
 
 
+def advised_call(inputs, mask: str = "none") -> AttentionCall:
+    """The widest layer's attention call as the plan prices it (estimator/model/layer_attention.py
+    `priced_attention_call`: a window through SDPA is the dense bool-masked (seq_len × seq_len) call with k and v
+    repeated to every query head, not a (seq_len × window) band; through eager the full causal scores; through
+    flex a BlockMask), one ring block under context parallel as the plan's memory is. `mask` is a dense mask the
+    user passes on top (bool or float): SDPA refuses is_causal together with attn_mask, so it replaces the causal
+    flag."""
+    call = priced_attention_call(inputs)
+    if inputs.cp > 1:  # one (n/cp × min(span, n/cp)) ring block, not causal: the plan's memory call
+        ring = attention_call(inputs)
+        call = dataclasses.replace(call, q_len=ring.q_len, kv_len=ring.kv_len, causal=ring.causal)
+    if mask != "none":
+        call = dataclasses.replace(call, mask=mask, causal=False)
+    return call
+
+
 class _Context:
     """The base plan and memoised re-runs of the estimator with one change applied."""
 
@@ -111,8 +127,8 @@ class _Context:
         self.base = self.plan(solve=True)
         if self.base is None:
             raise ValueError("inputs: the plan cannot be computed for these inputs")
-        # SDPA refuses is_causal together with attn_mask: a given dense mask replaces the causal flag
-        self.call = attention_call(inputs, mask=mask, **({"causal": False} if mask != "none" else {}))
+        self.call = advised_call(inputs, mask)
+        self.window_mask = mask == "none" and self.call.mask != "none"  # the mask is the window's, not the user's
         self.decoder = inputs.model.kind == "decoder"
         if cached_len:
             if not 0 < cached_len < self.call.kv_len:

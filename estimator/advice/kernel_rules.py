@@ -1,5 +1,9 @@
 """The advisor's kernel rules: one layer's attention call (eager → SDPA, fused kernels, why flash cannot run,
-head-dim padding, GQA expansion on the math path), each effect from `estimate_call` re-run with the change."""
+head-dim padding, GQA expansion on the math path), each effect from `estimate_call` re-run with the change.
+
+The call is the one the plan prices (estimator/advice/core.py `advised_call`): with a sliding window through SDPA
+the dense bool-masked (seq_len × seq_len) call, never the (seq_len × window) band. That mask is the window's, so
+no rule here advises dropping it (the window rules do: run it through flex)."""
 
 from __future__ import annotations
 
@@ -59,9 +63,12 @@ def _half_dtype(ctx: _Context) -> str:
 
 def _fused_fix(ctx: _Context) -> tuple[AttentionCall, object] | None:
     """The fewest changes, applied in this order, after which SDPA runs a fused backend: let PyTorch choose,
-    16-bit instead of fp32, is_causal instead of a dense mask, head_dim padded to a multiple of 8."""
+    16-bit instead of fp32, is_causal instead of a dense mask (not a window's: that would drop the window),
+    head_dim padded to a multiple of 8."""
     steps = [dict(backend="auto"), dict(dtype=_half_dtype(ctx)), dict(mask="none", causal=ctx.decoder),
              dict(head_dim=-(-ctx.call.head_dim // 8) * 8)]
+    if ctx.window_mask:
+        del steps[2]
     call = ctx.call
     for step in steps:
         call = dataclasses.replace(call, **step)
@@ -150,9 +157,11 @@ def rule_fused(ctx: _Context) -> list[Advice]:
                f"(B·H·L·S·element size), a peak of {gib(ctx.est.peak_extra_bytes)} per call. {reason[0].upper()}"
                f"{reason[1:]}.")
         if fix is None:
+            tried = ("16-bit inputs and an aligned head_dim (the window's dense mask kept)" if ctx.window_mask
+                     else "16-bit inputs, is_causal and an aligned head_dim")
             out.append(Advice(id="use-fused-kernel", title="Use a fused attention kernel", why=why,
-                              expected_effect="No fused backend can run this call even with 16-bit inputs, "
-                                              "is_causal and an aligned head_dim; see the reasons.",
+                              expected_effect=f"No fused backend can run this call even with {tried}; see the "
+                                              "reasons.",
                               bytes_before=ctx.est.peak_extra_bytes, bytes_metric="attention peak_extra_bytes "
                               "per layer call", time_metric="attention time_ms per layer call",
                               time_ms_before=ctx.est.time_ms))
@@ -165,7 +174,7 @@ def rule_fused(ctx: _Context) -> list[Advice]:
             if len(plan_changes) == len(advice.change):  # a mask or a padded head_dim is not in the plan
                 advice = _with_plan(ctx, advice, **plan_changes)
             out.append(advice)
-    blockers = _flash_blockers(ctx, ctx.call)
+    blockers = [b for b in _flash_blockers(ctx, ctx.call) if not (b == "mask" and ctx.window_mask)]
     if on_math or "dtype" in blockers:
         for blocker in blockers:
             advice = _flash_blocker_advice(ctx, blocker, flash_reasons)

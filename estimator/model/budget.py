@@ -206,9 +206,13 @@ class Plan:
         return {**{k: getattr(self.inputs, k) for k in ECHOED_INPUTS}, "model": self.inputs.model.name}
 
 
-def budget(inputs: PlanInputs) -> Plan:
-    """Memory, FLOPs and time of the plan without the solvers. Per-GPU bytes, whole-model FLOPs."""
-    return _budget(inputs, attention_layers(inputs), timed=True)
+def budget(inputs: PlanInputs, *, times: bool = True) -> Plan:
+    """Memory, FLOPs and time of the plan without the solvers. Per-GPU bytes, whole-model FLOPs.
+
+    `times=False` leaves the time model out (every time field NaN, or None where it may be None): for callers that
+    read only the memory budget and the verdict, such as the workbook's grid of n and batch (estimator/report/
+    grid.py), where the time model is half the cost of each grid point."""
+    return _budget(inputs, attention_layers(inputs), timed=True, times=times)
 
 
 def memory_fits(inputs: PlanInputs) -> bool:
@@ -217,8 +221,8 @@ def memory_fits(inputs: PlanInputs) -> bool:
     return _budget(inputs, attention_layers(inputs, timed=False), timed=False)
 
 
-def _budget(inputs: PlanInputs, attn: list[LayerAttention], *, timed: bool):
-    """The plan of budget() (timed), or only its memory verdict, `fits` (not timed)."""
+def _budget(inputs: PlanInputs, attn: list[LayerAttention], *, timed: bool, times: bool = True):
+    """The plan of budget() (timed; `times` as there), or only its memory verdict, `fits` (not timed)."""
     m, gpu = inputs.model, gpu_of(inputs)
     z = _sizes(inputs)
     training = inputs.mode == "training"
@@ -264,7 +268,8 @@ def _budget(inputs: PlanInputs, attn: list[LayerAttention], *, timed: bool):
         return fit.fits
 
     flops = plan_flops(inputs, attn, unsupported=bool(unsupported))
-    times = plan_times(inputs, attn, gpu, params_gpu, weights, kv_cache, flops, unsupported=bool(unsupported))
+    times = plan_times(inputs, attn, gpu, params_gpu, weights, kv_cache, flops, unsupported=bool(unsupported)) \
+        if times else dict(UNTIMED)
     return Plan(
         inputs=inputs, supported=not unsupported, verdict=fit.text(), selected_backend=selected, params=m.params,
         params_per_gpu=params_gpu, trainable_params=trainable_params(inputs) if training else 0,
@@ -276,6 +281,14 @@ def _budget(inputs: PlanInputs, attn: list[LayerAttention], *, timed: bool):
         prefill_executed_flops=flops["forward_executed"], training_step_flops=flops["step"],
         decode_flops_per_token=flops["decode"], flops_shares=flops["shares"], components=components,
         activation_detail=detail, assumptions=assumptions(inputs), **times)
+
+
+# The time fields of a plan computed with budget(times=False): not computed, so NaN (None for the optional ones).
+_NAN = float("nan")
+UNTIMED = {"prefill_time_ms": _NAN, "step_time_ms": _NAN, "decode_time_ms_per_token": None,
+           "decode_first_pass_ms_per_token": None, "prefill_tokens_per_s": _NAN, "decode_tokens_per_s": None,
+           "attention_share": _NAN, "ffn_share": _NAN, "expert_ffn_share": _NAN, "embedding_share": _NAN,
+           "other_share": _NAN, "communication_time_ms": _NAN, "time_model": {"computed": False}}
 
 
 def _sizes(inputs: PlanInputs) -> Sizes:

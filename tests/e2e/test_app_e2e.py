@@ -158,8 +158,11 @@ def test_cannot_run_plan_shows_reason_and_no_totals(page, app_url):
 def test_preset_change_sets_its_native_n(page, app_url):
     page.goto(app_url)
     expect(metric(page, "total per GPU")).to_be_visible()
-    page.get_by_test_id("stSelectbox").filter(has_text="preset").click()
-    page.get_by_role("option", name="vit-l-16").click()
+    select = page.get_by_test_id("stSelectbox").filter(has_text="preset")
+    select.click()
+    page.get_by_role("option", name="vit-l-16", exact=True).click()
+    # first the select itself (a click that missed the option fails here), then the n its on_change set
+    expect(select.get_by_role("combobox")).to_have_value("vit-l-16")
     expect(page.get_by_label(N_LABEL)).to_have_value("197")
 
 

@@ -184,3 +184,27 @@ def test_workbook_recalculated_in_libreoffice_keeps_the_reserve_and_states_the_b
     assert bound == grid.interpolation_bound(table, ns, bs, n, plan.inputs.batch) > 0
     assert abs(rows["total"] + rows[RESERVE_LABEL] - edited.total_bytes - edited.allocator_reserve_bytes) <= bound
     assert rows["fits"] in (("yes" if edited.fits else "no"), "within the interpolation bound of the limit: re-plan")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("shutil").which("soffice") is None, reason="LibreOffice (soffice) is not installed")
+def test_workbook_on_a_grid_point_next_to_an_unrunnable_one_says_what_the_plan_says(tmp_path):
+    """gemma-2-9b at n = 3,641 through flash fits; the n grid's next point crosses its 4,096-token window, where a
+    dense window mask keeps flash out. On the plan's own n (a grid point) the recalculated workbook reads that point
+    alone: 'yes', never 'cannot run' (found by the 200-plan agreement run, validation/data/one_truth_agreement.md)."""
+    import dataclasses
+
+    from estimator.report import grid
+    from estimator.report.xlsx import plan_xlsx
+    from tests.test_ui_export import recalculated
+
+    inputs = PlanInputs(model=get_preset("gemma-2-9b"), seq_len=3641, batch=2, dtype="float16", kv_dtype="float16",
+                        mode="inference", gpu="h100-sxm", backend="flash")
+    plan = make_plan(inputs, solve=False)
+    assert plan.supported and plan.fits
+    ns = grid.n_grid(inputs)
+    above = ns[ns.index(3641) + 1]
+    assert not make_plan(dataclasses.replace(inputs, seq_len=above), solve=False).supported
+    wb = recalculated(plan_xlsx(plan), {"seq_len": 3641}, tmp_path)
+    rows = {wb["Budget"].cell(r, 1).value: wb["Budget"].cell(r, 2).value for r in range(1, wb["Budget"].max_row + 1)}
+    assert rows["fits"] == "yes"

@@ -150,8 +150,10 @@ def _tables_sheet(wb, ws, inputs, columns, slugs, ns, bs, table, fmt) -> dict[st
         ("t_b0", "batch below", "=INDEX(t_b, t_j)"), ("t_b1", "batch above", "=INDEX(t_b, t_j+1)"),
         ("t_x", "position of seq_len between them (log scale)", "=LN(seq_len/t_n0)/LN(t_n1/t_n0)"),
         ("t_y", "position of the batch between them", "=(t_beff-t_b0)/(t_b1-t_b0)"),
-        ("t_ok", "the backend can run at both neighbouring n (1) or not (0)",
-         "=INDEX(t_supported, t_i, t_j)*INDEX(t_supported, t_i+1, t_j)"),
+        ("t_ok", "the backend can run at every grid point the value is read from (1) or not (0): the "
+                 "neighbouring n and batch, or the grid point itself when seq_len and batch are one",
+         "=INDEX(t_supported, t_ilo, t_jlo)*INDEX(t_supported, t_ilo, t_jhi)"
+         "*INDEX(t_supported, t_ihi, t_jlo)*INDEX(t_supported, t_ihi, t_jhi)"),
         ("t_inside", f"n in [{ns[0]:,}, {ns[-1]:,}] and batch in [{bs[0]:,}, {bs[-1]:,}] (1), the tabulated "
                      "range, or not (0)",
          f"=IF(AND(seq_len>={ns[0]}, seq_len<={ns[-1]}, t_beff>={bs[0]}, t_beff<={bs[-1]}), 1, 0)"),

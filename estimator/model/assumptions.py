@@ -11,13 +11,18 @@ LONGEST_MEASURED_CALL_TOKENS = 262_144
 LONGEST_MEASURED_DECODE_TOKENS = 131_078
 
 
+# the projections --lora-targets names, as the plan says it (peft target_modules)
+_TARGET_TEXT = {"all": "every linear projection (attention and MLP)", "attention": "the attention projections",
+                "mlp": "the MLP projections"}
+
+
 def finetune_assumptions(inputs: PlanInputs) -> list[str]:
     """The fine-tuning recipe's sentences (estimator/model/finetune.py, finetune_time.py)."""
     out = []
     if inputs.finetune != "full":
         what = "QLoRA: the decoder linears in NF4 (bitsandbytes, blocksize 64, double quantisation), the rest bf16; " \
             if inputs.finetune == "qlora" else "LoRA: "
-        out.append(f"{what}peft adapters of rank {inputs.lora_rank} on the {inputs.lora_targets} projections, in fp32 "
+        out.append(f"{what}peft adapters of rank {inputs.lora_rank} on {_TARGET_TEXT[inputs.lora_targets]}, in fp32 "
                    "(peft's autocast_adapter_dtype), lora_dropout 0, enable_input_require_grads on; the base is "
                    "frozen: no base gradients or optimizer state, and no frozen linear or norm keeps its input. "
                    "Measured on the H200 with peft 0.21.2 and bitsandbytes 0.50.2 "

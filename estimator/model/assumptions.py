@@ -12,7 +12,7 @@ LONGEST_MEASURED_DECODE_TOKENS = 131_078
 
 
 # the projections --lora-targets names, as the plan says it (peft target_modules)
-_TARGET_TEXT = {"all": "every linear projection (attention and MLP)", "attention": "the attention projections",
+_TARGET_TEXT = {"all": "the attention and MLP projections", "attention": "the attention projections",
                 "mlp": "the MLP projections"}
 
 

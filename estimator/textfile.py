@@ -9,6 +9,7 @@ import os
 import re
 import stat
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from estimator.units import MIB
@@ -22,10 +23,21 @@ _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 
 
 def read_bytes_limited(path, max_bytes: int, source: str) -> bytes:
-    """The file's bytes; ValueError when it is missing, unreadable, a folder, not a regular file (a named pipe
-    would block the reader for good, a device such as /dev/zero never ends), or larger than max_bytes. The file
-    is opened without blocking and checked with fstat before a byte is read; at most max_bytes + 1 bytes are
-    read."""
+    """The file's bytes; ValueError when it is missing, unreadable, a folder, not a regular file, or larger than
+    max_bytes (opened as open_regular does; at most max_bytes + 1 bytes are read)."""
+    with open_regular(path, source) as fh:
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"{source}: {Path(path)} is larger than {max_bytes:,} bytes; not a {source} file")
+    return data
+
+
+@contextmanager
+def open_regular(path, source: str):
+    """The file opened for binary reading, once it is known to be a regular file: ValueError (one line naming
+    `source` and the file) when it is missing, unreadable, a folder or not a regular file (a named pipe would
+    block the reader for good, a device such as /dev/zero never ends). It is opened without blocking and checked
+    with fstat before a byte is read; an OSError while reading becomes the same one-line ValueError."""
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
@@ -44,14 +56,11 @@ def read_bytes_limited(path, max_bytes: int, source: str) -> bytes:
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
         with open(fd, "rb", closefd=False) as fh:
-            data = fh.read(max_bytes + 1)
+            yield fh
     except OSError as exc:
         raise ValueError(f"{source}: cannot read {path}: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
-    if len(data) > max_bytes:
-        raise ValueError(f"{source}: {path} is larger than {max_bytes:,} bytes; not a {source} file")
-    return data
 
 
 def read_text_limited(path, max_bytes: int, source: str, encoding: str = "utf-8-sig") -> str:

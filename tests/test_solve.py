@@ -19,7 +19,7 @@ def test_largest_prefix_steps_below_a_dip_that_plain_bisection_misses():
     def fits(x):
         return mem(x) <= 1000
 
-    assert solve._largest(fits, 1, 4096, 1000) == 1000  # fits(1000), yet 701..999 odd do not
+    assert solve.largest_fitting(fits, 1, 4096, 1000) == 1000  # fits(1000), yet 701..999 odd do not
     found = solve._largest_prefix(fits, 1, 4096, 1000)
     assert fits(found) and all(fits(p) for p in solve.dip_points(found, 1))
     assert found <= 700

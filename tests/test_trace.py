@@ -117,3 +117,14 @@ def test_a_line_longer_than_a_row_can_be_is_refused():
 
     with pytest.raises(ValueError, match="line 2 is larger than"):
         parse_trace(b"seq_len\n" + b"1" * (MAX_LINE_BYTES + 10))
+
+
+def test_a_named_pipe_is_refused_before_anything_is_read(tmp_path):
+    """A trace path that is a named pipe would block the reader for good; it is refused by name, as every file the
+    command lines read is (estimator/textfile.py open_regular)."""
+    import os
+
+    fifo = tmp_path / "trace.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="trace: .*trace.csv is not a regular file"):
+        load_trace(fifo)

@@ -10,17 +10,12 @@ import argparse
 import sys
 
 from estimator.call.config import MASKS, check_positive_int
-from estimator.cli.plan import add_plan_arguments, image_request, inputs_from_args
+from estimator.cli.plan import OneLineParser, add_plan_arguments, image_request, inputs_from_args
 from estimator.files import strict_json
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2
-        self.exit(2, f"error: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m estimator advise", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m estimator advise", description=__doc__.splitlines()[0])
     add_plan_arguments(parser)
     call = parser.add_argument_group("attention call details the plan does not price (kernel advice only)")
     call.add_argument("--mask", default="none", help=f"a dense (batch, 1, q_len, kv_len) mask: {', '.join(MASKS)}")

@@ -235,13 +235,16 @@ def _print_vision(request, args) -> int:
     return 0
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2 (argparse prints the usage block otherwise)
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad flag as one line (`error: ...`, exit 2) instead of its usage block: plan,
+    advise and serve share it."""
+
+    def error(self, message: str):
         self.exit(2, f"error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m estimator plan", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m estimator plan", description=__doc__.splitlines()[0])
     add_plan_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object (contract §3)")
     parser.add_argument("--trace", metavar="CSV", help="production trace of per-request seq lengths: P50/P90/P99")

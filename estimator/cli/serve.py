@@ -14,8 +14,8 @@ import json
 import sys
 
 from estimator.cli.plan import FLAG_OF as PLAN_FLAGS
+from estimator.cli.plan import OneLineParser, add_plan_arguments, inputs_from_args
 from estimator.cli.plan import _flagged as plan_flagged
-from estimator.cli.plan import add_plan_arguments, inputs_from_args
 from estimator.serve.capacity import ServeInputs, serve
 from estimator.serve.engines import ENGINES, EngineConfig
 from estimator.serve.result import Targets
@@ -29,13 +29,8 @@ FLAG_OF = {**PLAN_FLAGS, "engine": "--engine", "memory_fraction": "--memory-frac
            "price_per_gpu_hour": "--price-per-gpu-hour", "workload": "--workload", "arrival_s": "--workload"}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2
-        self.exit(2, f"error: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m estimator serve", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m estimator serve", description=__doc__.splitlines()[0])
     add_plan_arguments(parser)
     eng = parser.add_argument_group("engine")
     eng.add_argument("--engine", default="hf-cb", help=f"one of: {', '.join(ENGINES)} (default hf-cb)")

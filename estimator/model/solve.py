@@ -31,7 +31,7 @@ def _fits(inputs: PlanInputs, **changes) -> bool:
         return False
 
 
-def _largest(fits, low: int, high: int, start: int) -> int:
+def largest_fitting(fits, low: int, high: int, start: int) -> int:
     """Largest x in [low, high] with fits(x), given fits is monotone decreasing; low - 1 when none fits.
     Gallops up from `start` by doubling, so absurd sizes (where int64 FLOP counts overflow) are only
     evaluated when everything below them fits."""
@@ -76,10 +76,10 @@ def dip_points(x: int, low: int) -> list[int]:
 
 
 def _largest_prefix(fits, low: int, high: int, start: int) -> int:
-    """Like _largest, for a fits that need not be monotone: the largest x that fits and whose dip points
+    """Like largest_fitting, for a fits that need not be monotone: the largest x that fits and whose dip points
     (dip_points) fit too; low - 1 when none does."""
     while True:
-        found = _largest(fits, low, high, start)
+        found = largest_fitting(fits, low, high, start)
         if found < low:
             return found
         failing = next((p for p in dip_points(found, low) if not fits(p)), None)

@@ -22,7 +22,7 @@ from pathlib import Path
 from estimator.call.config import MAX_SEQ_LEN
 from estimator.model.budget import budget
 from estimator.model.inputs import PlanInputs
-from estimator.textfile import MAX_TRACE_BYTES
+from estimator.textfile import MAX_TRACE_BYTES, open_regular
 
 COLUMNS = ("seq_len", "n", "tokens")
 PERCENTILES = (50, 90, 99)
@@ -214,18 +214,10 @@ def load_trace(path) -> Trace:
     """Read a trace file, streamed (at most MAX_TRACE_BYTES, a regular file's size checked before reading);
     ValueError naming the file on a missing, unreadable, oversized or malformed file."""
     path = Path(path)
-    source = f"trace {path.name}"
-    try:
-        with open(path, "rb") as fh:
-            if os.path.isfile(path) and os.fstat(fh.fileno()).st_size > MAX_TRACE_BYTES:
-                raise ValueError(f"trace: {path} is larger than {MAX_TRACE_BYTES:,} bytes; not a trace file")
-            return read_trace(iter(lambda: fh.read(CHUNK_BYTES), b""), source)
-    except FileNotFoundError:
-        raise ValueError(f"trace: file not found: {path}") from None
-    except IsADirectoryError:
-        raise ValueError(f"trace: {path} is a folder, not a file") from None
-    except OSError as exc:
-        raise ValueError(f"trace: cannot read {path}: {exc.strerror or exc}") from None
+    with open_regular(path, "trace") as fh:  # missing, a folder, a pipe or a device: one line naming the file
+        if os.fstat(fh.fileno()).st_size > MAX_TRACE_BYTES:
+            raise ValueError(f"trace: {path} is larger than {MAX_TRACE_BYTES:,} bytes; not a trace file")
+        return read_trace(iter(lambda: fh.read(CHUNK_BYTES), b""), f"trace {path.name}")
 
 
 def nearest_rank(sorted_values: list[int], percent: float) -> int:

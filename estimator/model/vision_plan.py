@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from estimator.model.solve import largest_fitting
 from estimator.model.vision import SwinSpec, VisionLanguageSpec
 from estimator.model.vision_parts import MAX_IMAGES, VisionPlan, VisionRequest, request_tokens
 from estimator.model.vision_swin import swin_plan
@@ -24,11 +25,13 @@ def vision_plan(req: VisionRequest, *, solve: bool = True) -> VisionPlan:
     plan = build(req, tokens)
     if not solve or not plan.supported:
         return plan
-    max_batch = _largest(lambda x: build(replace(req, base=replace(req.base, batch=x)),
-                                         request_tokens(req)).fits, req.base.batch, 1 << 16)
+    # the largest x in [1, high] that fits, galloping from the request's own (0 when 1 does not fit)
+    max_batch = largest_fitting(lambda x: build(replace(req, base=replace(req.base, batch=x)),
+                                                request_tokens(req)).fits, 1, 1 << 16, req.base.batch)
     max_seq = None
     if isinstance(m, VisionLanguageSpec):
-        max_seq = _largest(lambda x: _try(build, replace(req, text_tokens=x)), max(1, req.text_tokens), 1 << 22)
+        max_seq = largest_fitting(lambda x: _try(build, replace(req, text_tokens=x)), 1, 1 << 22,
+                                  max(1, req.text_tokens))
     return replace(plan, max_batch=max_batch, max_seq_len=max_seq)
 
 
@@ -37,27 +40,3 @@ def _try(build, req: VisionRequest) -> bool:
         return build(req, request_tokens(req)).fits
     except ValueError:
         return False
-
-
-def _largest(fits, start: int, high: int) -> int:
-    """Largest x in [1, high] with fits(x) (monotone), galloping from `start`; 0 when 1 does not fit."""
-    if not fits(1):
-        return 0
-    ok, bad = 1, None
-    x = max(1, start)
-    if fits(x):
-        ok = x
-        while bad is None:
-            nxt = min(ok * 2, high)
-            if nxt == ok:
-                return ok
-            if fits(nxt):
-                ok = nxt
-            else:
-                bad = nxt
-    else:
-        bad = x
-    while bad - ok > 1:
-        mid = (ok + bad) // 2
-        ok, bad = (mid, bad) if fits(mid) else (ok, mid)
-    return ok

@@ -135,6 +135,12 @@ class Pool:
         self.targ[i] = self.prompt[i] + self.gen[i]
         self.preempted[i] += 1
 
+    def preempt(self, i: int) -> None:
+        """Recompute preemption of a running request (reset), off the running list, back at the queue's head."""
+        self.reset(i)
+        self.drop([i])
+        self.waiting.appendleft(i)
+
     def decoding(self, i: int) -> bool:
         return bool(self.comp[i] >= self.targ[i])
 

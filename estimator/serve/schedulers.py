@@ -167,9 +167,7 @@ def schedule_vllm(pool: Pool, max_tokens: int, max_seqs: int, chunked: bool):
             scheduled = True
             while not pool.grow(i, tokens):
                 victim = pool.newest()
-                pool.reset(victim)
-                pool.drop([victim])
-                pool.waiting.appendleft(victim)
+                pool.preempt(victim)
                 preempted = True
                 if victim == i:
                     scheduled = False
@@ -242,9 +240,7 @@ def schedule_sglang(pool: Pool, max_tokens: int, max_seqs: int):
             if len(pool.running) <= 1:
                 return EMPTY, items
             victim = max(j for j in pool.running if pool.decoding(j))
-            pool.reset(victim)
-            pool.drop([victim])
-            pool.waiting.appendleft(victim)
+            pool.preempt(victim)
             retracted = True
             if victim == i:
                 ok = False

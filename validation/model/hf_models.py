@@ -228,25 +228,16 @@ def warm_up(dev: Dev, inference_only: bool = False):
     with torch.device(dev.device):
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
     ids = torch.randint(0, cfg.vocab_size, (1, 128), device=dev.device)
-    if inference_only:
-        model.eval()
-        model.to(torch.bfloat16)
-        with torch.no_grad():
-            out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
-            del out
-        del model, ids
-        dev.sync()
-        dev.empty_cache()
-        return dev.allocated()
-    model.train()
-    with torch.autocast(dev.type, dtype=torch.bfloat16):
-        loss = model(input_ids=ids, labels=ids).loss
-    loss.backward()
-    del loss
-    model.zero_grad(set_to_none=True)
-    loss = model(input_ids=ids, labels=ids).loss  # plain fp32 too
-    loss.backward()
-    del loss
+    if not inference_only:
+        model.train()
+        with torch.autocast(dev.type, dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        del loss
+        model.zero_grad(set_to_none=True)
+        loss = model(input_ids=ids, labels=ids).loss  # plain fp32 too
+        loss.backward()
+        del loss
     model.eval()
     model.to(torch.bfloat16)
     with torch.no_grad():

@@ -99,3 +99,24 @@ def test_profiled_swin_step_is_within_the_band():
     row = next(r for r in _breakdown() if r["family"] == "swin-l" and r.get("gpu_ms"))
     plan = _swin("training", int(row["image_size"]), batch=int(row["batch"]))
     assert 0.7 < plan.step_time_ms / row["wall_ms"] < 1.15
+
+
+def test_qwen25_windowed_blocks_pay_one_attention_call_per_window():
+    """Qwen2.5-VL's windowed blocks call SDPA once per window (cu_window_seqlens), so their host cost grows with the
+    windows of the image, counted as get_window_index cuts them (estimator/model/vision_tokens.py qwen_vl_windows)."""
+    from estimator.model.vision_tokens import qwen_vl_windows
+    from estimator.model.vision_vlm import tower_block_extras_ms
+
+    spec, req = _vlm("qwen2.5-vl-3b", text_tokens=64, image_size=(1344, 1344), layers=2)
+    plan = vision_plan(req, solve=False)
+    windowed = next(p for p in plan.parts if p.name == "vision tower windowed blocks")
+    assert len(qwen_vl_windows(96, 96)) == 144  # a 96 x 96 patch grid: 12 x 12 windows of 8 x 8 patches
+    assert len(qwen_vl_windows(70, 70)) == 81  # 70 x 70 (1344 px after smart_resize): 9 x 9, the edge ones partial
+    gh = plan.tokens["image_size"][0] // 14
+    windows = len(qwen_vl_windows(gh, gh))
+    one = tower_block_extras_ms(spec, windowed.plan, 1)
+    every = tower_block_extras_ms(spec, windowed.plan, windows)
+    assert windowed.extra_ms == pytest.approx(every * windowed.plan.inputs.model.layers)
+    assert every > one * 5  # the per-window calls, not one call per image, set the windowed blocks' host time
+    full = next(p for p in plan.parts if p.name == "vision tower")
+    assert full.extra_ms == pytest.approx(tower_block_extras_ms(spec, full.plan, 1) * full.plan.inputs.model.layers)

@@ -11,6 +11,7 @@ from estimator.model.budget import Plan
 from estimator.model.inputs import gpu_of
 from estimator.model.specs import ModelSpec
 from estimator.model.vision import VisionLanguageSpec
+from estimator.model.vision_tokens import qwen_vl_windows
 from estimator.model.vision_parts import (
     Part,
     VisionPlan,
@@ -37,8 +38,10 @@ def vlm_plan(req: VisionRequest, tokens: dict) -> VisionPlan:
     parts, towers = [], []
     if k:
         towers = _tower_plans(req, m, per_crop, b * k * crops * base.dp, frozen=not tower_trained)
+        windows = len(_windows(m, tokens))
         for i, (label, plan) in enumerate(towers):
-            extra = tower_block_extras_ms(m, plan, b * k * crops) * plan.inputs.model.layers
+            calls = b * k * crops * (windows if label.endswith("windowed blocks") else 1)
+            extra = tower_block_extras_ms(m, plan, calls) * plan.inputs.model.layers
             parts.append(Part(name=label, params=m.tower.params if i == 0 else 0, trainable=tower_trained,
                               plan=plan, tokens=nv, extra_ms=extra))
     tower_plan = towers[0][1] if towers else None
@@ -126,6 +129,16 @@ def _tower_plans(req: VisionRequest, m: VisionLanguageSpec, tokens: int, batch: 
     windowed = replace(spec, layers=m.tower.layers - full, window_per_layer=None)
     out.append(("vision tower windowed blocks", _sub(req, windowed, w2, batch * windows, frozen=frozen)))
     return out
+
+
+def _windows(m: VisionLanguageSpec, tokens: dict) -> list[int]:
+    """Patches in each attention window of one image in Qwen2.5-VL's windowed blocks ([] for other towers):
+    estimator/model/vision_tokens.py qwen_vl_windows on the resized grid (tokens["image_size"])."""
+    if not m.tower.window_px:
+        return []
+    h, w = (tokens.get("image_size") or [0, 0])[:2]
+    p = m.tower.patch
+    return qwen_vl_windows(h // p, w // p, m.tower.merge, m.tower.window_px, p)
 
 
 def _tower_inference_act(m: VisionLanguageSpec, plan: Plan, rows: int, es: int) -> int:
@@ -230,15 +243,18 @@ def frozen_weights_saving_ms(plan: Plan) -> float:
 QWEN_ROTARY_KERNELS = 18
 
 
-def tower_block_extras_ms(m: VisionLanguageSpec, plan: Plan, images: int) -> float:
+def tower_block_extras_ms(m: VisionLanguageSpec, plan: Plan, calls: int) -> float:
     """What one tower block runs beyond the encoder layer its plan prices, at the measured memory-bound kernel
     rates and, on the host, DECODE_KERNEL_HOST_MS per kernel (estimator/model/step_time.py):
     - QuickGELU (CLIP, Qwen2-VL: x * sigmoid(1.702 x)): two more elementwise passes over fc1's output;
     - Qwen's fp32 rotation of q and k (QWEN_ROTARY_KERNELS kernels; fp32 passes over q and k: two casts up, the
       half-slices and their cat, two products and a sum, two casts down);
     - Qwen without flash-attention's varlen kernel: VisionAttention splits q, k, v at cu_seqlens
-      (lengths.tolist(): a device sync every block) and calls SDPA once per image, then concatenates the outputs
-      (one copy) - per image a launch and its Python.
+      (lengths.tolist(): a device sync every block) and calls the attention once per sequence, then concatenates
+      the outputs (one copy) - per call its launch, the output's transpose copy and their Python. `calls` is the
+      sequences of one block: the images (Qwen2-VL, Qwen2.5-VL's full-attention blocks) or, in Qwen2.5-VL's
+      windowed blocks, every window of every image (cu_window_seqlens: qwen2_5_vl/modeling_qwen2_5_vl.py
+      Qwen2_5_VLVisionAttention.forward, the `else` branch for sdpa and eager).
     Training (the tower trained): each elementwise pass's backward is BACKWARD_MEMORY_FACTOR passes.
     Returns ms per block: the GPU time or the host's dispatch, whichever is longer."""
     from estimator.model.calibration import load_constants
@@ -266,7 +282,7 @@ def tower_block_extras_ms(m: VisionLanguageSpec, plan: Plan, images: int) -> flo
     if t.kind in ("qwen2_vl", "qwen2_5_vl") and inp.backend != "flash-attn":
         g, kn = kern.mem_ms("copy", rows * t.hidden, dt)
         gpu += g
-        kernels += kn + 3 * max(1, images)  # the split views and one SDPA launch per image
+        kernels += kn + 3 * max(1, calls)  # the split views and one attention call per sequence
     if training:
         gpu *= 1 + BACKWARD_MEMORY_FACTOR
     return max(gpu, kernels * DECODE_KERNEL_HOST_MS) if not training else gpu + kernels * 0.0

@@ -120,3 +120,34 @@ def test_qwen25_windowed_blocks_pay_one_attention_call_per_window():
     assert every > one * 5  # the per-window calls, not one call per image, set the windowed blocks' host time
     full = next(p for p in plan.parts if p.name == "vision tower")
     assert full.extra_ms == pytest.approx(tower_block_extras_ms(spec, full.plan, 1) * full.plan.inputs.model.layers)
+
+
+def test_gemma3_image_mask_host_time_is_priced_per_sequence_from_the_probe():
+    """Gemma-3 with images builds its sliding mask through vmap on the host (create_masks_for_vision_model): the
+    plan adds GEMMA3_IMAGE_MASK_MS_PER_SEQUENCE per sequence to the language model, within the committed probe's
+    per-sequence range; text-only forwards and the other families add nothing."""
+    from estimator.model.vision_vlm import GEMMA3_IMAGE_MASK_MS_PER_SEQUENCE
+
+    rows = [json.loads(line) for line in (VDATA / "h200_vision_parts_probe.jsonl").read_text().splitlines()]
+    per_seq = [r["mask_ms"] / int(r["batch"]) for r in rows if r["family"] == "gemma-3-4b" and "mask_ms" in r]
+    assert len(per_seq) == 2 and min(per_seq) <= GEMMA3_IMAGE_MASK_MS_PER_SEQUENCE <= max(per_seq)
+    _, req = _vlm("gemma-3-4b", text_tokens=512, layers=6)
+    for b in (1, 2):
+        plan = vision_plan(replace(req, base=replace(req.base, batch=b)), solve=False)
+        lm = next(p for p in plan.parts if p.name == "language model")
+        assert lm.extra_ms == pytest.approx(GEMMA3_IMAGE_MASK_MS_PER_SEQUENCE * b)
+    text = vision_plan(replace(req, images=0), solve=False)
+    assert next(p for p in text.parts if p.name == "language model").extra_ms == 0.0
+    _, llava = _vlm("llava-1.5-7b", text_tokens=512, layers=2)
+    assert next(p for p in vision_plan(llava, solve=False).parts if p.name == "language model").extra_ms == 0.0
+
+
+def test_qwen25_training_pays_the_per_window_calls_forward_and_backward():
+    from estimator.model.step_time import DECODE_KERNEL_HOST_MS
+    from estimator.model.vision_vlm import tower_block_extras_ms
+
+    spec, req = _vlm("qwen2.5-vl-3b", mode="training", text_tokens=64, image_size=(896, 896), layers=2)
+    plan = vision_plan(req, solve=False)
+    windowed = next(p for p in plan.parts if p.name == "vision tower windowed blocks")
+    calls = 64  # 896 px: 64 x 64 patches, 8 x 8 windows
+    assert tower_block_extras_ms(spec, windowed.plan, calls) >= 2 * 3 * calls * DECODE_KERNEL_HOST_MS

@@ -49,7 +49,8 @@ def vlm_plan(req: VisionRequest, tokens: dict) -> VisionPlan:
                       tokens=m.image_lm_tokens(nv, crops)))
     lm_plan = _sub(req, image_masked_lm(m, lm_len, k), lm_len, base.batch, frozen=False)
     parts.append(Part(name="language model", params=m.lm.params, trainable=lm_trained, plan=lm_plan, tokens=lm_len,
-                      saved_ms=frozen_weights_saving_ms(lm_plan) if training and not lm_trained else 0.0))
+                      saved_ms=frozen_weights_saving_ms(lm_plan) if training and not lm_trained else 0.0,
+                      extra_ms=image_mask_ms(m, k, b)))
     states = {p.name: _state(req, p.params, p.trainable) for p in parts}
     persistent = [(f"{p.name} weights", states[p.name][0]) for p in parts if p.params]
     optimizer = sum(s[2] for s in states.values())
@@ -109,6 +110,29 @@ def image_masked_lm(m: VisionLanguageSpec, lm_len: int, images: int) -> ModelSpe
     n = max(1, lm_len)
     windows = tuple(n if w is None else min(w, n) for w in m.lm.window_per_layer)
     return replace(m.lm, window_per_layer=windows)
+
+
+# Gemma-3 with images builds its language model's two masks in create_masks_for_vision_model (transformers 5.17
+# gemma3/modeling_gemma3.py): the global layers' OR(causal, blockwise) mask from block_sequence_ids, and the sliding
+# layers' AND(sliding window, OR(causal, blockwise)) through or_mask_function / and_mask_function, which sets
+# use_vmap (masking_utils.create_causal_mask) so sdpa_mask builds it with four nested torch.vmap levels over
+# (batch, head, q, kv) under TransformGetItemToIndex: Python and functorch dispatch on the host, once per forward,
+# with the device idle (the mask is the first thing the language model needs). Measured on the H200 by
+# synchronising around the call (`python bench/bench_vision_parts.py --cases
+# validation/cases/h200_vision_parts_probe.csv`, validation/data/h200_vision_parts_probe.jsonl `mask_ms`): Gemma-3-4B,
+# batch 1 with 2,306 LM tokens 6.3 ms (6.2-6.8 over 5 reps), batch 2 with 1,028 tokens 10.2 ms (9.2-10.5): about 5.1-6.3
+# ms a sequence, whatever its length (the vmap's dispatch, not the mask's n² elements, sets it). Priced per sequence at
+# the mean of the two, so a batch-1 row is planned 0.6 ms under its measurement and a batch-2 row 1.2 ms over.
+GEMMA3_IMAGE_MASK_MS_PER_SEQUENCE = 5.7
+
+
+def image_mask_ms(m: VisionLanguageSpec, images: int, batch: int) -> float:
+    """Host time of the language model's mask construction beyond a text-only forward, once per forward (prefill
+    or training step): Gemma-3 with images GEMMA3_IMAGE_MASK_MS_PER_SEQUENCE x batch; PaliGemma's prefix mask is
+    built without a custom mask function (no vmap); the other families keep is_causal."""
+    if m.family != "gemma3" or images < 1:
+        return 0.0
+    return GEMMA3_IMAGE_MASK_MS_PER_SEQUENCE * max(1, batch)
 
 
 def _tower_plans(req: VisionRequest, m: VisionLanguageSpec, tokens: int, batch: int, *, frozen: bool):
@@ -255,7 +279,8 @@ def tower_block_extras_ms(m: VisionLanguageSpec, plan: Plan, calls: int) -> floa
       sequences of one block: the images (Qwen2-VL, Qwen2.5-VL's full-attention blocks) or, in Qwen2.5-VL's
       windowed blocks, every window of every image (cu_window_seqlens: qwen2_5_vl/modeling_qwen2_5_vl.py
       Qwen2_5_VLVisionAttention.forward, the `else` branch for sdpa and eager).
-    Training (the tower trained): each elementwise pass's backward is BACKWARD_MEMORY_FACTOR passes.
+    Training (the tower trained): each elementwise pass's backward is BACKWARD_MEMORY_FACTOR passes, and the
+    per-sequence calls' host dispatch is paid twice (forward and backward node).
     Returns ms per block: the GPU time or the host's dispatch, whichever is longer."""
     from estimator.model.calibration import load_constants
     from estimator.model.kernel_prices import Kernels
@@ -279,10 +304,15 @@ def tower_block_extras_ms(m: VisionLanguageSpec, plan: Plan, calls: int) -> floa
             g, _ = kern.mem_ms(op, e, dtype)
             gpu += n * g / 2  # n passes over q and k together: n / 2 each
         kernels += QWEN_ROTARY_KERNELS
+    per_call = 0
     if t.kind in ("qwen2_vl", "qwen2_5_vl") and inp.backend != "flash-attn":
         g, kn = kern.mem_ms("copy", rows * t.hidden, dt)
         gpu += g
-        kernels += kn + 3 * max(1, calls)  # the split views and one attention call per sequence
+        per_call = 3 * max(1, calls)  # one attention call per sequence: its launch, the output's copy, the Python
+        kernels += kn + per_call
     if training:
         gpu *= 1 + BACKWARD_MEMORY_FACTOR
-    return max(gpu, kernels * DECODE_KERNEL_HOST_MS) if not training else gpu + kernels * 0.0
+        # a training block's host time is its layer's LAYER_PYTHON_MS (estimator/model/step_time.py), except the
+        # per-sequence attention calls: each is recorded in the forward and runs its own backward node
+        return max(gpu, 2 * per_call * DECODE_KERNEL_HOST_MS)
+    return max(gpu, kernels * DECODE_KERNEL_HOST_MS)

@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
-
 from bench_vision_breakdown import _profile  # noqa: E402
+
 from validation.model.hf_vision import build, make_inputs, set_trainable, tokens, vision_config  # noqa: E402
 
 DEVICE = "cuda"

@@ -11,7 +11,6 @@ from estimator.model.budget import Plan
 from estimator.model.inputs import gpu_of
 from estimator.model.specs import ModelSpec
 from estimator.model.vision import VisionLanguageSpec
-from estimator.model.vision_tokens import qwen_vl_windows
 from estimator.model.vision_parts import (
     Part,
     VisionPlan,
@@ -23,6 +22,7 @@ from estimator.model.vision_parts import (
     _state,
     _sub,
 )
+from estimator.model.vision_tokens import qwen_vl_windows
 
 
 def vlm_plan(req: VisionRequest, tokens: dict) -> VisionPlan:

@@ -36,6 +36,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from estimator.model.step_time import CUDNN_GRAPH_BUILD_MS
+
 HF_CB_PREPARE_BASE_MS = 0.3869
 HF_CB_PREPARE_PER_REQUEST_MS = 0.000944
 HF_CB_MASK_FULL_PER_REQUEST_MS = 0.05824
@@ -93,10 +95,11 @@ def update_ms(s: HostShape) -> float:
     return HF_CB_UPDATE_BASE_MS + HF_CB_UPDATE_PER_REQUEST_MS * s.requests
 
 
-def forward_ms(gpu_ms: float, kernels: int) -> float:
-    return HF_CB_STEP_BASE_MS + HF_CB_LAUNCH_MS * kernels + gpu_ms
+def forward_ms(gpu_ms: float, kernels: int, new_graphs: int = 0) -> float:
+    return HF_CB_STEP_BASE_MS + HF_CB_LAUNCH_MS * kernels + gpu_ms + CUDNN_GRAPH_BUILD_MS * new_graphs
 
 
-def step_ms(s: HostShape, gpu_ms: float, kernels: int) -> float:
-    """Wall ms of one hf-cb step: prepare + forward + update (the module docstring)."""
-    return prepare_ms(s) + forward_ms(gpu_ms, kernels) + update_ms(s)
+def step_ms(s: HostShape, gpu_ms: float, kernels: int, new_graphs: int = 0) -> float:
+    """Wall ms of one hf-cb step: prepare + forward + update (the module docstring); `new_graphs`: cuDNN graphs
+    the step's attention builds (estimator/serve/step_cost.py `StepPricer.graph_keys`)."""
+    return prepare_ms(s) + forward_ms(gpu_ms, kernels, new_graphs) + update_ms(s)

@@ -33,6 +33,7 @@ import csv
 import statistics
 import sys
 
+from estimator.model.step_time import CUDNN_GRAPH_BUILD_MS
 from validation.serving.cli import _case_args, read_case_lines
 
 PREPARE_COLUMNS = ("PREPARE_BASE_MS", "PREPARE_PER_REQUEST_MS", "MASK_FULL_PER_REQUEST_MS",
@@ -106,6 +107,47 @@ def price_step(pricer, step: dict) -> None:
     step["shape"] = shape
 
 
+def mark_new_graphs(rows: list[dict], pricers: dict, shared_process: bool) -> None:
+    """Set step["new_graphs"]: the cuDNN graphs the step's attention built (step_cost.StepPricer.graph_keys not
+    run before in the process), walking the steps in the order measured. One engine's graphs are keyed by its pool
+    too (the bias strides), so runs in one process (`shared_process`) share them only at the same model, block
+    count and max batch tokens; with --fresh-process every run starts empty."""
+    seen: dict = {}
+    last = None
+    for r in rows:
+        args, pricer = pricers[r["run"]]
+        if r["run"] != last and not shared_process:
+            seen = {}
+        last = r["run"]
+        mem = pricer.memory
+        built = seen.setdefault((args.family, args.layers, mem.num_blocks, mem.max_batch_tokens), set())
+        q, kv = r["q_tokens"], r["max_kv_read"]
+        window_k = None
+        if pricer.sliding_layers:
+            if r.get("phased") and kv and mem.sliding_groups:  # the engine's own sliding read length
+                window_k = r["read_sliding_tokens"] // mem.sliding_groups
+            else:
+                window_k = min(kv, (pricer.window - 1) * r["requests"]) + q
+        keys = pricer.graph_keys(q, kv + q, window_k)
+        r["new_graphs"] = sum(1 for k in keys if k not in built)
+        built.update(keys)
+
+
+def shared_process(steps_path: str) -> bool:
+    """Whether the runs of a steps CSV shared one process: its .meta.json's command lacks --fresh-process."""
+    import json
+    import os
+
+    meta = steps_path + ".meta.json"
+    if not os.path.exists(meta):
+        summary = steps_path.replace("_steps.csv", ".csv") + ".meta.json"
+        meta = summary if os.path.exists(summary) else None
+    if meta is None:
+        return True
+    with open(meta) as fh:
+        return "--fresh-process" not in json.load(fh).get("command", "")
+
+
 def _prepare_row(s) -> list[float]:
     return [1.0, s.requests, s.requests * s.full_mask, s.requests * s.sliding_mask, s.read_full_tokens,
             s.read_sliding_tokens, s.q_tokens * s.groups]
@@ -138,7 +180,7 @@ def fit_host(rows: list[dict]) -> dict:
             forward = (r["duration_ms"] - sum(c * x for c, x in zip(prep, _prepare_row(r["shape"]), strict=True))
                        - upd[0] - upd[1] * r["shape"].requests)
         X.append([w, w * r["kernels"]])
-        y.append(w * (forward - r["gpu_ms"]))
+        y.append(w * (forward - r["gpu_ms"] - CUDNN_GRAPH_BUILD_MS * r.get("new_graphs", 0)))
     base, launch = _lstsq(X, y)
     if base < 0:  # non-negative: a step cannot cost less than its launches
         base, launch = 0.0, _lstsq([[x[1]] for x in X], y)[0]
@@ -150,7 +192,7 @@ def model_ms(fit: dict, r: dict) -> float:
     s = r["shape"]
     prep = sum(fit[c] * x for c, x in zip(PREPARE_COLUMNS, _prepare_row(s), strict=True))
     return (prep + fit["UPDATE_BASE_MS"] + fit["UPDATE_PER_REQUEST_MS"] * s.requests + fit["STEP_BASE_MS"]
-            + fit["LAUNCH_MS"] * r["kernels"] + r["gpu_ms"])
+            + fit["LAUNCH_MS"] * r["kernels"] + r["gpu_ms"] + CUDNN_GRAPH_BUILD_MS * r.get("new_graphs", 0))
 
 
 def main(argv=None) -> int:
@@ -172,6 +214,7 @@ def main(argv=None) -> int:
                 raise ValueError(f"--steps: runs {', '.join(missing)} are not in {cases}")
             for r in mine:
                 price_step(pricers[r["run"]][1], r)
+            mark_new_graphs(mine, pricers, shared_process(steps))
             rows += mine
         fit = fit_host(rows)
     except (ValueError, OSError) as exc:

@@ -18,8 +18,9 @@ prepare and update are fitted by least squares on their own columns (hf_host.py 
                  + write * Q * groups
     update_ms  = base + per_request * R
 
-and the forward beyond its priced GPU work as `forward_ms - GPU ms = STEP_BASE + LAUNCH * kernels` (least
-squares, each run weighing the same whatever its step count; STEP_BASE >= 0), over
+and the forward as `forward_ms = max(GPU ms, LAUNCH * kernels) + GRAPH_BUILD * new graphs` (least squares, each run
+weighing the same whatever its step count: GRAPH_BUILD solved for each LAUNCH on a grid; `mark_new_graphs` counts
+the cuDNN graphs a step built), over
 the phased steps' forward and, for steps without phases, the step minus the fitted prepare and update. Read-index
 elements come from the CSV where it has them (`read_full_tokens`, `read_sliding_tokens`, measured), else from
 the step's cached tokens (`max_kv_read`) for the run's groups. The numbers are printed in the form hf_host.py
@@ -33,7 +34,6 @@ import csv
 import statistics
 import sys
 
-from estimator.model.step_time import CUDNN_GRAPH_BUILD_MS
 from validation.serving.cli import _case_args, read_case_lines
 
 PREPARE_COLUMNS = ("PREPARE_BASE_MS", "PREPARE_PER_REQUEST_MS", "MASK_FULL_PER_REQUEST_MS",
@@ -171,28 +171,35 @@ def fit_host(rows: list[dict]) -> dict:
     per_run: dict = {}
     for r in rows:
         per_run[r["run"]] = per_run.get(r["run"], 0) + 1
-    X, y = [], []
-    for r in rows:  # each run weighs the same (a run of many short steps does not outvote the others)
-        w = (1.0 / per_run[r["run"]]) ** 0.5
-        if r.get("phased"):
-            forward = r["forward_ms"]
-        else:
-            forward = (r["duration_ms"] - sum(c * x for c, x in zip(prep, _prepare_row(r["shape"]), strict=True))
-                       - upd[0] - upd[1] * r["shape"].requests)
-        X.append([w, w * r["kernels"]])
-        y.append(w * (forward - r["gpu_ms"] - CUDNN_GRAPH_BUILD_MS * r.get("new_graphs", 0)))
-    base, launch = _lstsq(X, y)
-    if base < 0:  # non-negative: a step cannot cost less than its launches
-        base, launch = 0.0, _lstsq([[x[1]] for x in X], y)[0]
-    out["STEP_BASE_MS"], out["LAUNCH_MS"] = base, launch
+    import numpy as np
+
+    w = np.array([(1.0 / per_run[r["run"]]) ** 0.5 for r in rows])  # each run weighs the same
+    forward = np.array([r["forward_ms"] if r.get("phased") else
+                        (r["duration_ms"] - sum(c * x for c, x in zip(prep, _prepare_row(r["shape"]), strict=True))
+                         - upd[0] - upd[1] * r["shape"].requests) for r in rows])
+    gpu = np.array([r["gpu_ms"] for r in rows])
+    kernels = np.array([r["kernels"] for r in rows], dtype=float)
+    new = np.array([r.get("new_graphs", 0) for r in rows], dtype=float)
+
+    def solve(launch):  # the build cost by least squares for a given launch cost (>= 0), and the squared error
+        rest = forward - np.maximum(gpu, launch * kernels)
+        den = float(np.sum((w * new) ** 2))
+        build = max(0.0, float(np.sum(w * new * w * rest)) / den) if den else 0.0
+        return build, float(np.sum((w * (rest - build * new)) ** 2))
+
+    grid = np.arange(1e-3, 0.1, 1e-4)
+    best = min(grid, key=lambda x: solve(x)[1])
+    fine = np.arange(max(1e-4, best - 2e-4), best + 2e-4, 1e-6)
+    launch = float(min(fine, key=lambda x: solve(x)[1]))
+    out["LAUNCH_MS"], out["GRAPH_BUILD_MS"] = launch, solve(launch)[0]
     return out
 
 
 def model_ms(fit: dict, r: dict) -> float:
     s = r["shape"]
     prep = sum(fit[c] * x for c, x in zip(PREPARE_COLUMNS, _prepare_row(s), strict=True))
-    return (prep + fit["UPDATE_BASE_MS"] + fit["UPDATE_PER_REQUEST_MS"] * s.requests + fit["STEP_BASE_MS"]
-            + fit["LAUNCH_MS"] * r["kernels"] + r["gpu_ms"] + CUDNN_GRAPH_BUILD_MS * r.get("new_graphs", 0))
+    return (prep + fit["UPDATE_BASE_MS"] + fit["UPDATE_PER_REQUEST_MS"] * s.requests
+            + max(r["gpu_ms"], fit["LAUNCH_MS"] * r["kernels"]) + fit["GRAPH_BUILD_MS"] * r.get("new_graphs", 0))
 
 
 def main(argv=None) -> int:

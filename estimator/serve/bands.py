@@ -7,7 +7,8 @@ shape) was chosen after they were measured, so this is a provisional band until 
 (validation/serving/cases/h200_heldout4.txt, measured after the model was final) replaces it;
 tests/test_serve_bands.py recomputes it with `python -m validation.serving.compare`). A negative band means the
 simulation was faster than the engine: the engine's figure is simulated / (1 + error), so for TPOT P50 the
-measured value ran 0.95-1.21x the simulated one. Other engines have no measurement behind their times: no band is claimed for them.
+measured value ran 0.95-1.21x the simulated one. Other engines have no measurement behind their times: no band is
+claimed for them.
 """
 
 from __future__ import annotations

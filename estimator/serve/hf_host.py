@@ -21,10 +21,10 @@ source (paths under transformers/generation/continuous_batching/):
   nearly every step builds one graph per layer type; steps that repeat an earlier shape (block-starved offline
   runs whose rounds of identical requests repeat the same batches) do not, which is why those runs ran at two
   speeds (25-35 ms and 63-100 ms for the same batch). Measured inside the engine (`python -m
-  validation.serving.sdpa_probe`, validation/data/h200_serve_sdpa_probe_*.csv: every SDPA call of llama-3.1-8b
-  cut to 20 layers timed): the first call of a step took 37.5 ms median on the host, the other 19 together 1.1 ms;
-  with cuDNN SDPA disabled the same engine's decode steps ran 16.3 ms, 17.9 us a launched kernel, with the
-  priced GPU time (7.4 ms) hidden behind the launches.
+  validation.serving.sdpa_probe`, validation/data/h200_serve_sdpa_probe_calls.csv and
+  h200_serve_sdpa_probe_steps.csv: every SDPA call of llama-3.1-8b cut to 20 layers timed): the first call of a
+  step took 37.5 ms median on the host, the other 19 together 1.1 ms; with cuDNN SDPA disabled the same engine's
+  decode steps ran 16.3 ms, 17.9 us a launched kernel, with the priced GPU time (7.4 ms) hidden behind the launches.
 - update (`update_batch`): per scheduled request a Python loop body.
 
 Fitted (least squares in ms) by `python -m validation.serving.fit` (its docstring has the command) on H200 steps:
@@ -47,7 +47,6 @@ new_graphs=0)`, `step_ms(shape, gpu_ms, kernels, new_graphs=0)`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 
 HF_CB_PREPARE_BASE_MS = 0.3869
 HF_CB_PREPARE_PER_REQUEST_MS = 0.000944

@@ -1,4 +1,4 @@
-"""What hf-cb's one packed SDPA call per layer costs on the machine: a cuDNN graph build per new shape, and its GPU time.
+"""What hf-cb's packed SDPA call per layer costs on the machine: a cuDNN graph build per new shape, and its GPU time.
 
     python -m validation.serving.sdpa_probe --out DIR [--device cuda] [--tiny] [--budget-s 80]
 

@@ -32,8 +32,8 @@ the phases of validation/data/h200_serve_fit2_steps.csv (validation/serving/engi
 phase inside the engine) fix PREPARE_* and UPDATE_*; the forward of those steps and, for the steps of
 validation/data/h200_serve_fit_steps.csv, h200_serve_heldout_steps.csv and h200_serve_heldout2_steps.csv, the step
 minus the fitted prepare and update, fix LAUNCH and GRAPH_BUILD (28 runs, each weighing the same). LAUNCH comes out
-21.8 us, as the probe's 17.9 us and the block-starved runs' repeated-shape steps (~21 us); GRAPH_BUILD comes out
-72 ms, against 37.5 ms in the probe's engine and 40.9 ms for a bare call (estimator/model/step_time.py
+19.2 us, as the probe's 17.9 us and the block-starved runs' repeated-shape steps (~21 us); GRAPH_BUILD comes out
+76 ms, against 37.5 ms in the probe's engine and 40.9 ms for a bare call (estimator/model/step_time.py
 CUDNN_GRAPH_BUILD_MS): the build is host CPU work whose time varied between the measuring sessions (the five
 sessions' runs imply 40-95 ms a build), and the fit takes their average; that spread is the time band's main part.
 Unit costs measured directly on the same machine (`python -m validation.serving.host_probe`,
@@ -57,8 +57,8 @@ HF_CB_READ_SLIDING_PER_TOKEN_MS = 0.0002184
 HF_CB_WRITE_PER_TOKEN_MS = 0.0004276
 HF_CB_UPDATE_BASE_MS = 0.05984
 HF_CB_UPDATE_PER_REQUEST_MS = 0.007225
-HF_CB_LAUNCH_MS = 0.02177
-HF_CB_GRAPH_BUILD_MS = 72.16
+HF_CB_LAUNCH_MS = 0.01916
+HF_CB_GRAPH_BUILD_MS = 76.11
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,9 +3,9 @@ keeps its cache state, or one cached decode step, as transformers 5.17 runs them
 mamba-ssm / causal-conv1d: `estimator/model/ssm_mamba2.py`). Softmax attention layers are priced by the
 attention estimator (`estimate_call`, SDPA's backend choice), the rest by replaying the layer's tensors.
 
-The fused kernels are refused (`kernels="fast"`: not modelled), and so is training (the fallback's autograd
-graph is not modelled): a planner that priced the fast path here would say "fits" for a prefill that needs tens
-of GiB more on a machine without them.
+A training step (mode "training") is replayed through autograd by estimator/model/hybrid_train.py. The fused
+kernels are refused (`kernels="fast"`: not modelled): a planner that priced the fast path here would say "fits"
+for a prefill that needs tens of GiB more on a machine without them.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from estimator.model.hybrid import HybridSpec
 from estimator.model.ssm_mamba2 import F32, Trace, decode_replay, prefill_replay
 from estimator.units import MIB, round_up
 
-MODES = ("prefill", "decode")
+MODES = ("prefill", "decode", "training")
 KERNELS = ("torch-fallback", "fast")
 PATH_TEXT = ("torch fallback: transformers 5.17 reference PyTorch path (mamba2_chunk_scan, causal_conv1d_fn), as it "
              "runs without mamba-ssm and causal-conv1d")
@@ -38,11 +38,13 @@ class HybridPlan:
     weights_bytes: int
     state_bytes: int  # conv + ssm states of every Mamba2 layer, all sequences
     kv_cache_bytes: int  # attention layers' k and v (seq_len tokens; decode: seq_len + 1)
-    activation_bytes: int  # the step's peak above weights and cache
+    activation_bytes: int  # the step's peak above weights and cache (training: and optimizer state)
     workspace_bytes: int
     context_bytes: int
     total_bytes: int
     verdict: Verdict
+    optimizer_bytes: int = 0  # training: the optimizer's state (bf16-true: in the parameters' dtype)
+    gradient_bytes: int = 0  # training: every parameter's gradient (part of activation_bytes at the peak)
     detail: dict = field(default_factory=dict, hash=False)
 
     @property
@@ -57,14 +59,14 @@ class HybridPlan:
 
 
 def hybrid_plan(spec: HybridSpec, *, seq_len: int, batch: int = 1, mode: str = "prefill", dtype: str = "bfloat16",
-                gpu: str = "h200", kernels: str = "torch-fallback") -> HybridPlan:
-    """The plan of a prefill of `seq_len` tokens (keeping the cache state and the last position's logits), or of
-    one decode step after such a prefill."""
+                gpu: str = "h200", kernels: str = "torch-fallback", optimizer: str = "adamw") -> HybridPlan:
+    """The plan of a prefill of `seq_len` tokens (keeping the cache state and the last position's logits), of
+    one decode step after such a prefill, or of one training step (bf16-true, `optimizer`; no checkpointing:
+    estimator/model/hybrid_train.py)."""
     seq_len = check_positive_int("seq_len", seq_len, MAX_SEQ_LEN)
     batch = check_positive_int("batch", batch, 1 << 16)
     if mode not in MODES:
-        raise ValueError(f"mode: unknown value {mode!r}; expected one of {', '.join(MODES)} (training of the torch "
-                         "fallback is not modelled)")
+        raise ValueError(f"mode: unknown value {mode!r}; expected one of {', '.join(MODES)}")
     if kernels not in KERNELS:
         raise ValueError(f"kernels: unknown value {kernels!r}; expected one of {', '.join(KERNELS)}")
     if kernels == "fast":
@@ -74,9 +76,13 @@ def hybrid_plan(spec: HybridSpec, *, seq_len: int, batch: int = 1, mode: str = "
     if dtype == "float32":  # the fallback's .float() / .to(float32) calls are copies only from a 16-bit model
         raise ValueError("dtype: float32 is not modelled for these families (the torch fallback's fp32 copies are "
                          "replayed for a bfloat16 or float16 model); use bfloat16 or float16")
+    if mode == "training":
+        from estimator.model.hybrid_train import training_plan
+
+        return training_plan(spec, seq_len=seq_len, batch=batch, dtype=dtype, gpu=gpu, optimizer=optimizer)
     es = element_bytes(dtype)
     g = get_gpu(gpu)
-    weights = spec.params * es + spec.buffer_elements * es + (spec.head_dim // 2 * F32 if spec.attention_layers else 0)
+    weights = weights_bytes(spec, es)
     p = Trace()
     if mode == "prefill":
         _prefill(p, spec, batch, seq_len, es, g)
@@ -99,6 +105,11 @@ def hybrid_plan(spec: HybridSpec, *, seq_len: int, batch: int = 1, mode: str = "
                       workspace_bytes=workspace, context_bytes=context, total_bytes=total, verdict=verdict,
                       detail={"peak_above_weights_bytes": p.peak, "allocator_replay_ran": ran,
                               "replayed_peak_reserved_bytes": reserved, "failed_request_bytes": failed})
+
+
+def weights_bytes(spec: HybridSpec, es: int) -> int:
+    """Parameters and buffers in the model dtype (Falcon-H1's mup_vector), the rotary inv_freq in fp32."""
+    return spec.params * es + spec.buffer_elements * es + (spec.head_dim // 2 * F32 if spec.attention_layers else 0)
 
 
 def _allocator_replay(p: Trace, weights: int, workspace: int, capacity: int) -> tuple[bool, int, int]:

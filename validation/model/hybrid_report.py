@@ -7,7 +7,8 @@ python -m validation.model.hybrid_report validation/data/h200_hf_hybrid.csv [...
 Measured: torch.cuda.max_memory_allocated() - baseline_bytes (the baseline holds the warm-up's cuBLAS
 workspaces), so the plan's total less its workspace and CUDA context is compared (`measured_view_bytes`).
 Prefill rows keep the cache and the last position's logits; decode rows are the peak over the single-token steps
-after that prefill. Tolerance max(3%, 2 MiB).
+after that prefill; train rows are the peak of a bf16-true optimizer step (`hybrid_plan(mode="training")`).
+Tolerance max(3%, 2 MiB).
 """
 
 from __future__ import annotations
@@ -35,11 +36,34 @@ def plans_for(row: dict):
     return pre, dec
 
 
+def _train_row(row: dict) -> dict:
+    """A training row: the step's peak above the baseline against the training plan; an OOM called or not."""
+    if row["precision"] != "bf16-true" or row["checkpointing"] != "none":
+        raise ValueError(f"precision: only bf16-true steps without checkpointing are planned (row {row['family']})")
+    cfg = family_config(row["family"], int(row["layers"]), row.get("overrides") or None)
+    spec = hybrid_from_hf_config(cfg, name=f"{row['family']} ({row['layers']} layers)")
+    plan = hybrid_plan(spec, mode="training", seq_len=int(row["seq_len"]), batch=int(row["batch"]), gpu="h200",
+                       optimizer=row["optimizer"])
+    rec = {k: row[k] for k in ("family", "layers", "seq_len", "batch", "overrides", "status")}
+    rec.update(kind="train", planned_fit=plan.verdict.status, planned_total_gib=round(plan.total_bytes / 2**30, 2))
+    if row["status"] == "oom":
+        return {**rec, "called": not plan.fits}
+    meas = int(row["peak_bytes"]) - int(row["baseline_bytes"] or 0)
+    est = plan.measured_view_bytes
+    return {**rec, "measured_bytes": meas, "planned_bytes": est, "err": est / meas - 1,
+            "ok": abs(est - meas) <= max(TOL_REL * meas, TOL_ABS)}
+
+
 def compare(df: pd.DataFrame) -> pd.DataFrame:
     out = []
     for row in df.to_dict("records"):
         row = {k: ("" if pd.isna(v) else v) for k, v in row.items()}
-        if row["family"] not in HYBRID_FAMILIES or row["mode"] != "prefill" or row["status"] not in ("ok", "oom"):
+        if row["family"] not in HYBRID_FAMILIES or row["status"] not in ("ok", "oom"):
+            continue
+        if row["mode"] == "train":
+            out.append(_train_row(row))
+            continue
+        if row["mode"] != "prefill":
             continue
         pre, dec = plans_for(row)
         base = int(row["baseline_bytes"] or 0)
@@ -83,7 +107,11 @@ def markdown(res: pd.DataFrame, sources: list[str]) -> str:
         lines.append(f"Within tolerance: {int(ran['ok'].sum())} of {len(ran)} rows ({len(fams)} families: "
                      f"{', '.join(fams)}).")
         pre = ran[ran["kind"] == "prefill"]
-        for source, part in pre.groupby("cache_source"):
+        train = ran[ran["kind"] == "train"]
+        if len(train):
+            lines.append(f"Training steps within tolerance: {int(train['ok'].sum())} of {len(train)} "
+                         f"(largest error {train['err'].abs().max():.2%}).")
+        for source, part in (pre.groupby("cache_source") if len(pre) else ()):
             what = ("the cache's tensors (numel · element_size)" if source == "tensors" else
                     "memory_allocated() after the prefill less weights, logits and ids")
             lines.append(f"Cache bytes exact ({what}): {int(part['cache_exact'].sum())} of {len(part)} prefill rows.")

@@ -68,7 +68,7 @@ def test_reader_refuses_by_name(cfg, field):
         hybrid_from_hf_config(cfg)
 
 
-@pytest.mark.parametrize("kw,field", [({"kernels": "fast"}, "kernels"), ({"mode": "training"}, "mode"),
+@pytest.mark.parametrize("kw,field", [({"kernels": "fast"}, "kernels"), ({"mode": "serve"}, "mode"),
                                       ({"seq_len": 0}, "seq_len"), ({"dtype": "float32"}, "dtype")])
 def test_plan_refuses_what_it_does_not_model(kw, field):
     spec = hybrid_from_hf_config({"model_type": "mamba2", "num_hidden_layers": 2})

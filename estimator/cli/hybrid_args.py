@@ -8,6 +8,7 @@ from pathlib import Path
 
 from estimator.model.hybrid import HYBRID_TYPES, NOT_MODELLED, get_hybrid_preset, hybrid_from_hf_config
 from estimator.model.hybrid_plan import hybrid_plan
+from estimator.model.hybrid_train import OPTIMIZERS as TRAIN_OPTIMIZERS
 from estimator.textfile import MAX_CONFIG_BYTES, read_json_limited
 from estimator.units import gib
 
@@ -62,8 +63,11 @@ def hybrid_result(args) -> tuple[dict, str] | None:
     kw = dict(seq_len=_whole("--seq-len", args.seq_len), batch=_whole("--batch", args.batch or 1),
               dtype=dtype, gpu=args.gpu or "h200")
     if mode == "training":
-        plans = {"training": hybrid_plan(spec, mode="training", optimizer=getattr(args, "optimizer", None) or "adamw",
-                                         **kw)}
+        optimizer = getattr(args, "optimizer", None) or "adamw"
+        if optimizer not in TRAIN_OPTIMIZERS:
+            raise ValueError(f"--optimizer: {optimizer!r} is not priced for a hybrid model; expected one of "
+                             f"{', '.join(TRAIN_OPTIMIZERS)}")
+        plans = {"training": hybrid_plan(spec, mode="training", optimizer=optimizer, **kw)}
     else:
         plans = {mode: hybrid_plan(spec, mode=mode, **kw) for mode in ("prefill", "decode")}
     first = next(iter(plans.values()))

@@ -62,6 +62,7 @@ class Graph:
         self._n = 0
         self._slotted: set[str] = set()  # multi-output nodes' buffers: one gradient slot per output
         self._slots: dict[str, list[str]] = {}
+        self._current: dict[str, str] = {}  # Python name -> the node-level tensor it holds now
 
     # --- storages ---
     def _new_storage(self, nbytes: int, holder: str) -> str:
@@ -130,15 +131,17 @@ class Graph:
             self._current.pop(out, None)
         self._tensor[out] = (key, nbytes, grad)
 
-    @property
-    def _current(self) -> dict:
-        if not hasattr(self, "_cur"):
-            self._cur: dict[str, str] = {}
-        return self._cur
-
     def _alias(self, name: str) -> str:
         """The node-level identity of the tensor a Python name holds now (names are rebound)."""
         return self._current.get(name, f"leaf:{name}")
+
+    def save_result(self, name: str) -> None:
+        """The op just recorded (which made `name`) saves its own result for its backward (exp, rsqrt,
+        log_softmax: the gradient is computed from the output)."""
+        key = self._tensor[name][0]
+        node = self.nodes[-1]
+        node.saved = node.saved + (key,)
+        self._hold(key, f"node{len(self.nodes) - 1}")
 
     def view(self, out: str, of: str) -> None:
         """A view (reshape, permute, slice, split piece, [..., None]) whose backward is a view too."""

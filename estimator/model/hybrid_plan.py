@@ -18,6 +18,7 @@ from estimator.call.config import MAX_SEQ_LEN, AttentionCall, check_positive_int
 from estimator.hardware import get_gpu
 from estimator.model.budget import Verdict, fit_verdict
 from estimator.model.hybrid import HybridSpec
+from estimator.model.hybrid_train import train_step_bytes
 from estimator.model.ssm_mamba2 import F32, Trace, decode_replay, prefill_replay
 from estimator.units import MIB, round_up
 
@@ -77,9 +78,7 @@ def hybrid_plan(spec: HybridSpec, *, seq_len: int, batch: int = 1, mode: str = "
         raise ValueError("dtype: float32 is not modelled for these families (the torch fallback's fp32 copies are "
                          "replayed for a bfloat16 or float16 model); use bfloat16 or float16")
     if mode == "training":
-        from estimator.model.hybrid_train import training_plan
-
-        return training_plan(spec, seq_len=seq_len, batch=batch, dtype=dtype, gpu=gpu, optimizer=optimizer)
+        return _training_plan(spec, seq_len=seq_len, batch=batch, dtype=dtype, gpu=gpu, optimizer=optimizer)
     es = element_bytes(dtype)
     g = get_gpu(gpu)
     weights = weights_bytes(spec, es)
@@ -105,6 +104,32 @@ def hybrid_plan(spec: HybridSpec, *, seq_len: int, batch: int = 1, mode: str = "
                       workspace_bytes=workspace, context_bytes=context, total_bytes=total, verdict=verdict,
                       detail={"peak_above_weights_bytes": p.peak, "allocator_replay_ran": ran,
                               "replayed_peak_reserved_bytes": reserved, "failed_request_bytes": failed})
+
+
+def _training_plan(spec: HybridSpec, *, seq_len: int, batch: int, dtype: str, gpu: str, optimizer: str = "adamw"):
+    """A `HybridPlan` of mode "training": weights, optimizer state, the step's peak of activations, gradient
+    buffers and parameter gradients, the verdict from the caching-allocator replay of every tensor of the step."""
+    es = element_bytes(dtype)
+    g = get_gpu(gpu)
+    c = train_step_bytes(spec, seq_len=seq_len, batch=batch, es=es, gpu=g, optimizer=optimizer)
+    weights, opt = weights_bytes(spec, es), c["optimizer_bytes"]
+    activations = max(c["graph_peak_bytes"], c["optimizer_step_bytes"])
+    workspace, context = CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
+    total = weights + opt + activations + workspace + context
+    ran, reserved, failed = _allocator_replay(c["graph"].trace, weights + opt, workspace, g.memory_bytes - context)
+    if ran:
+        reserve = max(0, reserved - (weights + opt + workspace + c["graph_peak_bytes"]))
+    else:
+        reserve = max(round_up(failed, 2 * MIB), g.memory_bytes - total + 1)
+    verdict = fit_verdict(total_bytes=total, capacity_bytes=g.memory_bytes, allocator_reserve_bytes=reserve)
+    return HybridPlan(spec=spec, mode="training", batch=batch, seq_len=seq_len, dtype=dtype, path=PATH_TEXT,
+                      weights_bytes=weights, state_bytes=0, kv_cache_bytes=0, activation_bytes=activations,
+                      optimizer_bytes=opt, gradient_bytes=c["gradient_bytes"], workspace_bytes=workspace,
+                      context_bytes=context, total_bytes=total, verdict=verdict,
+                      detail={"peak_above_weights_bytes": c["graph_peak_bytes"], "allocator_replay_ran": ran,
+                              "replayed_peak_reserved_bytes": reserved, "failed_request_bytes": failed,
+                              "optimizer_step_bytes": c["optimizer_step_bytes"], "optimizer": optimizer,
+                              "recipe": "bf16-true" if es == 2 else "16-true"})
 
 
 def weights_bytes(spec: HybridSpec, es: int) -> int:

@@ -185,9 +185,7 @@ def train_graph(spec: HybridSpec, b: int, L: int, es: int, gpu) -> Graph:
     g.op("logits32", T * V * F32, ("logits",), kind=NEW, grad_bytes={"logits": T * V * es})  # .float()
     g.tensor("labels", b * (L + 1) * 8 + T * 8)  # pad(labels, (0, 1)), [..., 1:].contiguous()
     g.op("logp", T * V * F32, ("logits32",), kind=NEW)  # log_softmax saves its result
-    node = g.nodes[-1]
-    node.saved = node.saved + (g._tensor["logp"][0],)
-    g._hold(g._tensor["logp"][0], f"node{len(g.nodes) - 1}")
+    g.save_result("logp")
     g.op("loss", 4, ("logp",), kind=NEW, saves=("labels",))  # nll_loss
     g.drop("logp", "labels", "logits", "logits32")  # the loop keeps the loss only (the output is dropped)
     g.backward("loss")
@@ -213,35 +211,3 @@ def train_step_bytes(spec: HybridSpec, *, seq_len: int, batch: int, es: int, gpu
     return {"optimizer_bytes": optimizer_state_bytes(optimizer, params, es), "graph_peak_bytes": g.trace.peak,
             "optimizer_step_bytes": step, "gradient_bytes": grads, "graph": g}
 
-
-def training_plan(spec: HybridSpec, *, seq_len: int, batch: int, dtype: str, gpu: str, optimizer: str = "adamw"):
-    """A `HybridPlan` of mode "training": weights, optimizer state, the step's peak of activations, gradient
-    buffers and parameter gradients, the verdict from the caching-allocator replay of every tensor of the step."""
-    from estimator.call.attention import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
-    from estimator.call.config import element_bytes
-    from estimator.hardware import get_gpu
-    from estimator.model.budget import fit_verdict
-    from estimator.model.hybrid_plan import PATH_TEXT, HybridPlan, _allocator_replay, weights_bytes
-    from estimator.units import MIB, round_up
-
-    es = element_bytes(dtype)
-    g = get_gpu(gpu)
-    c = train_step_bytes(spec, seq_len=seq_len, batch=batch, es=es, gpu=g, optimizer=optimizer)
-    weights, opt = weights_bytes(spec, es), c["optimizer_bytes"]
-    activations = max(c["graph_peak_bytes"], c["optimizer_step_bytes"])
-    workspace, context = CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
-    total = weights + opt + activations + workspace + context
-    ran, reserved, failed = _allocator_replay(c["graph"].trace, weights + opt, workspace, g.memory_bytes - context)
-    if ran:
-        reserve = max(0, reserved - (weights + opt + workspace + c["graph_peak_bytes"]))
-    else:
-        reserve = max(round_up(failed, 2 * MIB), g.memory_bytes - total + 1)
-    verdict = fit_verdict(total_bytes=total, capacity_bytes=g.memory_bytes, allocator_reserve_bytes=reserve)
-    return HybridPlan(spec=spec, mode="training", batch=batch, seq_len=seq_len, dtype=dtype, path=PATH_TEXT,
-                      weights_bytes=weights, state_bytes=0, kv_cache_bytes=0, activation_bytes=activations,
-                      optimizer_bytes=opt, gradient_bytes=c["gradient_bytes"], workspace_bytes=workspace,
-                      context_bytes=context, total_bytes=total, verdict=verdict,
-                      detail={"peak_above_weights_bytes": c["graph_peak_bytes"], "allocator_replay_ran": ran,
-                              "replayed_peak_reserved_bytes": reserved, "failed_request_bytes": failed,
-                              "optimizer_step_bytes": c["optimizer_step_bytes"], "optimizer": optimizer,
-                              "recipe": "bf16-true" if es == 2 else "16-true"})

@@ -75,7 +75,7 @@ def chunk_scan_train(g: Graph, s: MambaMixerShape, b: int, L: int, es: int, x: s
     g.drop("xdt", "Adt", Bh, Ch)
     g.op("A_cumsum", blp * h * F32, ("Ac",), kind=CUMSUM)
     segment_sum_train(g, "Ac", b * h * c, l, "Lm")
-    _exp_saved(g, "Lm")
+    g.save_result("Lm")
     g.op("G_prod", blp * l * h * n * F32, ("Cc", "Bc"), kind=MUL, saves=("Cc", "Bc"))
     g.op("Gm", blp * l * h * F32, ("G_prod",), kind=VIEW)  # .sum(-1): an expand in backward
     g.drop("G_prod")
@@ -87,7 +87,7 @@ def chunk_scan_train(g: Graph, s: MambaMixerShape, b: int, L: int, es: int, x: s
     g.drop("Y_prod")
     g.op("dsub", blp * h * F32, ("A_cumsum",), kind=NEW)  # A_cumsum[..., -1:] - A_cumsum
     g.op("decay_states", blp * h * F32, ("dsub",), kind=NEW)
-    _exp_saved(g, "decay_states")
+    g.save_result("decay_states")
     g.drop("dsub")
     g.op("B_decay", blp * h * n * F32, ("Bc", "decay_states"), kind=MUL, saves=("Bc", "decay_states"),
          grad_bytes={"decay_states": blp * h * F32})
@@ -104,7 +104,7 @@ def chunk_scan_train(g: Graph, s: MambaMixerShape, b: int, L: int, es: int, x: s
     g.op("pad_A", b * h * (c + 1) * F32, ("A_last",), kind=NEW, grad_bytes={"A_last": b * h * c * F32})
     g.drop("A_last")
     segment_sum_train(g, "pad_A", b * h, c + 1, "decay_chunk")
-    _exp_saved(g, "decay_chunk")
+    g.save_result("decay_chunk")
     g.drop("pad_A")
     cc = b * (c + 1) ** 2 * h * F32
     g.op("N_prod", cc * P * n, ("decay_chunk", "S_cat"), kind=MUL, saves=("decay_chunk", "S_cat"),
@@ -114,7 +114,7 @@ def chunk_scan_train(g: Graph, s: MambaMixerShape, b: int, L: int, es: int, x: s
     g.op("states", b * c * h * P * n * F32, ("new_states",), kind=NEW, view_of="new_states",
          grad_bytes={"new_states": b * (c + 1) * h * P * n * F32})  # new_states[:, :-1]: slice_backward
     g.op("sdo", blp * h * F32, ("A_cumsum",), kind=NEW)
-    _exp_saved(g, "sdo")
+    g.save_result("sdo")
     g.op("CTS", blp * h * P * n * F32, ("Cc", "states"), kind=MUL, saves=("Cc", "states"))
     g.op("CTS_sum", blp * h * P * F32, ("CTS",), kind=VIEW)
     g.op("Y_off", blp * h * P * F32, ("CTS_sum", "sdo"), kind=MUL, saves=("CTS_sum", "sdo"),
@@ -133,14 +133,6 @@ def chunk_scan_train(g: Graph, s: MambaMixerShape, b: int, L: int, es: int, x: s
     g.drop("dt3", "D_res", "xc", "Ac", "Bc", "Cc", "A_cumsum", "Lm", "Gm", "Mm", "Y_diag", "decay_states",
            "B_decay", "new_states", "states", "sdo", "CTS", "Y_off")
     return "scan_out"
-
-
-def _exp_saved(g: Graph, name: str) -> None:
-    """The exp just recorded for `name` saves its own result for the backward (grad · result)."""
-    node = g.nodes[-1]
-    key = g._tensor[name][0]
-    node.saved = node.saved + (key,)
-    g._hold(key, f"node{len(g.nodes) - 1}")
 
 
 def mixer_train(g: Graph, s: MambaMixerShape, b: int, L: int, es: int, x: str, layer: int) -> str:
@@ -212,7 +204,7 @@ def _rms_core(g: Graph, x: str, out: str, rows: int, width: int) -> None:
     g.op("neps", rows * F32, ("nmean",), kind=VIEW)
     g.drop("nmean")
     g.op("nrs", rows * F32, ("neps",), kind=NEW)
-    _exp_saved(g, "nrs")
+    g.save_result("nrs")
     g.drop("neps")
     g.op(out, rows * width * F32, (x, "nrs"), kind=MUL, saves=(x, "nrs"), grad_bytes={"nrs": rows * F32})
     g.drop("nrs")

@@ -81,15 +81,22 @@ def hybrid_result(args) -> tuple[dict, str] | None:
                         "weights_bytes": p.weights_bytes, "state_bytes": p.state_bytes,
                         "kv_cache_bytes": p.kv_cache_bytes, "activation_bytes": p.activation_bytes,
                         "allocator_reserve_bytes": p.verdict.allocator_reserve_bytes}
+        timing = ""
+        if p.time_ms is not None:
+            lo, hi = p.time_band_ms
+            result[mode].update(time_ms=round(p.time_ms, 3), time_band_ms=[round(lo, 3), round(hi, 3)])
+            timing = f"; time ~{p.time_ms:,.0f} ms (measured band {lo:,.0f}-{hi:,.0f} ms)"
         if mode == "training":
             result[mode].update(optimizer_bytes=p.optimizer_bytes, gradient_bytes=p.gradient_bytes,
                                 optimizer=p.detail["optimizer"], precision=p.detail["recipe"])
             lines.append(f"training ({p.detail['recipe']}, {p.detail['optimizer']}): weights {gib(p.weights_bytes)}, "
                          f"optimizer state {gib(p.optimizer_bytes)}, activations + gradients at the peak "
-                         f"{gib(p.activation_bytes)} (gradients {gib(p.gradient_bytes)}) -> {p.verdict.text(gib)}")
+                         f"{gib(p.activation_bytes)} (gradients {gib(p.gradient_bytes)}) -> {p.verdict.text(gib)}"
+                         f"{timing}")
             continue
         lines.append(f"{mode}: weights {gib(p.weights_bytes)}, state {gib(p.state_bytes)}, kv cache "
-                     f"{gib(p.kv_cache_bytes)}, activations {gib(p.activation_bytes)} -> {p.verdict.text(gib)}")
+                     f"{gib(p.kv_cache_bytes)}, activations {gib(p.activation_bytes)} -> {p.verdict.text(gib)}"
+                     f"{timing if p.time_ms is not None else '; time not modelled for decode'}")
     return result, "\n".join(lines)
 
 

@@ -45,6 +45,8 @@ class Node:
     transient: int = 0  # bytes its backward allocates and frees (a kernel's workspace)
     new_bytes: dict = field(default_factory=dict)  # input -> gradient bytes when not the input's own size
     kinds: dict = field(default_factory=dict)  # input -> backward kind, where it differs from `kind`
+    gemm: tuple[int, int, int] | None = None  # (m, n, k) of a linear layer: its backward is two GEMMs
+    backward_ms: float | None = None  # a kernel priced elsewhere (the attention call's backward)
 
 
 class Graph:
@@ -63,6 +65,8 @@ class Graph:
         self._slotted: set[str] = set()  # multi-output nodes' buffers: one gradient slot per output
         self._slots: dict[str, list[str]] = {}
         self._current: dict[str, str] = {}  # Python name -> the node-level tensor it holds now
+        self.kernels: list[tuple[str, object]] = []  # forward: ("gemm", (m, n, k)) or ("memory", bytes moved)
+        self.backward_kernels: list[tuple[str, object]] = []
 
     # --- storages ---
     def _new_storage(self, nbytes: int, holder: str) -> str:
@@ -102,11 +106,16 @@ class Graph:
 
     def op(self, out: str, nbytes: int, inputs: tuple[str, ...] = (), *, kind: str = NEW,
            saves: tuple[str, ...] = (), view_of: str | None = None, params: tuple[tuple[str, int], ...] = (),
-           transient: int = 0, grad_bytes: dict | None = None, kinds: dict | None = None) -> None:
+           transient: int = 0, grad_bytes: dict | None = None, kinds: dict | None = None,
+           gemm: tuple[int, int, int] | None = None, fixed_ms: tuple[float, float] | None = None) -> None:
         """`out` = an op of `inputs` (names), `nbytes` its size; `view_of`: it is a view of that tensor (no new
         storage); `saves`: the tensors whose storages its backward node keeps; `params`: parameter gradients its
         backward allocates (kept until the optimizer step)."""
         saved_keys = tuple(self._tensor[s][0] for s in saves)
+        if view_of is None:  # one kernel: a GEMM, or a memory-bound op that reads its inputs and writes `out`
+            read = sum(self._tensor[i][1] for i in inputs if i in self._tensor)
+            self.kernels.append(("gemm", gemm) if gemm else ("fixed", fixed_ms[0]) if fixed_ms else
+                                ("memory", read + nbytes))
         grad = any(self.requires_grad(i) for i in inputs) or bool(params)
         if view_of is not None:  # the result exists before the name is rebound (`x = f(x)`)
             key = self._tensor[view_of][0]
@@ -124,7 +133,8 @@ class Graph:
             self.nodes.append(Node(out=f"{out}@{i}", inputs=aliases, kind=kind,
                                    saved=saved_keys, out_bytes=nbytes, extra=params, transient=transient,
                                    new_bytes={self._alias(k): v for k, v in (grad_bytes or {}).items()},
-                                   kinds={self._alias(k): v for k, v in (kinds or {}).items()}))
+                                   kinds={self._alias(k): v for k, v in (kinds or {}).items()}, gemm=gemm,
+                                   backward_ms=fixed_ms[1] if fixed_ms else None))
             self._tensor[f"{out}@{i}"] = (key, nbytes, True)
             self._current[out] = f"{out}@{i}"
         else:
@@ -219,6 +229,15 @@ class Graph:
                     made.append((name, self._new_storage(node.out_bytes, "grad:" + name + "#new")))
                     self._release(a, f"tmp{i}a")
                     self._release(b, f"tmp{i}b")
+            if node.backward_ms is not None:
+                self.backward_kernels.append(("fixed", node.backward_ms))
+            elif node.gemm:  # grad_input and grad_weight
+                self.backward_kernels += [("gemm", node.gemm), ("gemm", node.gemm)]
+            elif node.kind != VIEW or len(made) != sum(k == gkey for _, k in made):
+                moved = node.out_bytes + sum(self._storage.get(k, 0) for k in node.saved)
+                moved += sum(node.out_bytes if node.kinds.get(n, node.kind) == MUL else
+                             self._storage.get(k, 0) for n, k in made if k != gkey)
+                self.backward_kernels.append(("memory", moved))
             if node.transient:
                 t = self._new_storage(node.transient, f"tmp{i}w")
                 self._release(t, f"tmp{i}w")

@@ -18,6 +18,7 @@ from estimator.call.config import MAX_SEQ_LEN, AttentionCall, check_positive_int
 from estimator.hardware import get_gpu
 from estimator.model.budget import Verdict, fit_verdict
 from estimator.model.hybrid import HybridSpec
+from estimator.model.hybrid_time import fallback_time
 from estimator.model.hybrid_train import train_step_bytes
 from estimator.model.ssm_mamba2 import F32, Trace, decode_replay, prefill_replay
 from estimator.units import MIB, round_up
@@ -44,6 +45,8 @@ class HybridPlan:
     context_bytes: int
     total_bytes: int
     verdict: Verdict
+    time_ms: float | None = None  # prefill / training step (estimator/model/hybrid_time.py); None for decode
+    time_band_ms: tuple[float, float] | None = None  # the measured band around it
     optimizer_bytes: int = 0  # training: the optimizer's state (bf16-true: in the parameters' dtype)
     gradient_bytes: int = 0  # training: every parameter's gradient (part of activation_bytes at the peak)
     detail: dict = field(default_factory=dict, hash=False)
@@ -99,9 +102,11 @@ def hybrid_plan(spec: HybridSpec, *, seq_len: int, batch: int = 1, mode: str = "
     else:  # a request no cached block or new segment could hold: the plan does not fit
         reserve = max(round_up(failed, 2 * MIB), g.memory_bytes - total + 1)
     verdict = fit_verdict(total_bytes=total, capacity_bytes=g.memory_bytes, allocator_reserve_bytes=reserve)
+    t = fallback_time(spec, mode=mode, seq_len=seq_len, batch=batch, dtype=dtype, gpu=g) if mode == "prefill" else {}
     return HybridPlan(spec=spec, mode=mode, batch=batch, seq_len=seq_len, dtype=dtype, path=PATH_TEXT,
                       weights_bytes=weights, state_bytes=state, kv_cache_bytes=kv, activation_bytes=activations,
                       workspace_bytes=workspace, context_bytes=context, total_bytes=total, verdict=verdict,
+                      time_ms=t.get("time_ms"), time_band_ms=t.get("band_ms"),
                       detail={"peak_above_weights_bytes": p.peak, "allocator_replay_ran": ran,
                               "replayed_peak_reserved_bytes": reserved, "failed_request_bytes": failed})
 
@@ -122,7 +127,10 @@ def _training_plan(spec: HybridSpec, *, seq_len: int, batch: int, dtype: str, gp
     else:
         reserve = max(round_up(failed, 2 * MIB), g.memory_bytes - total + 1)
     verdict = fit_verdict(total_bytes=total, capacity_bytes=g.memory_bytes, allocator_reserve_bytes=reserve)
+    t = fallback_time(spec, mode="training", seq_len=seq_len, batch=batch, dtype=dtype, gpu=g, optimizer=optimizer,
+                      graph=c["graph"])
     return HybridPlan(spec=spec, mode="training", batch=batch, seq_len=seq_len, dtype=dtype, path=PATH_TEXT,
+                      time_ms=t["time_ms"], time_band_ms=t["band_ms"],
                       weights_bytes=weights, state_bytes=0, kv_cache_bytes=0, activation_bytes=activations,
                       optimizer_bytes=opt, gradient_bytes=c["gradient_bytes"], workspace_bytes=workspace,
                       context_bytes=context, total_bytes=total, verdict=verdict,

@@ -14,6 +14,8 @@ its temporaries).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from estimator.call.attention import estimate_call
 from estimator.call.config import AttentionCall
 from estimator.model.autograd_replay import MUL, NEW, VIEW, Graph
@@ -41,7 +43,8 @@ def _norm(g: Graph, x: str, out: str, rows: int, H: int, in_bytes: int, es: int,
 
 
 def _linear(g: Graph, out: str, x: str, rows: int, fan_in: int, fan_out: int, es: int, pname: str) -> None:
-    g.op(out, rows * fan_out * es, (x,), kind=NEW, saves=(x,), params=((pname, fan_in * fan_out * es),))
+    g.op(out, rows * fan_out * es, (x,), kind=NEW, saves=(x,), params=((pname, fan_in * fan_out * es),),
+         gemm=(rows, fan_out, fan_in))
 
 
 def _mlp(g: Graph, spec: HybridSpec, x: str, T: int, es: int, i: int) -> str:
@@ -92,6 +95,9 @@ def _attention(g: Graph, spec: HybridSpec, x: str, b: int, L: int, es: int, gpu,
                          dtype="bfloat16" if es == 2 else "float32", causal=True, mode="forward_backward",
                          backend="auto")
     est = estimate_call(call, gpu)
+    fwd = estimate_call(replace(call, mode="forward"), gpu)
+    fwd_ms = float(fwd.time_ms or 0.0)
+    bwd_ms = max(0.0, float(est.time_ms or 0.0) - fwd_ms)
     if not est.supported:
         raise ValueError(f"seq_len: SDPA cannot run the attention call ({'; '.join(est.reasons.get('auto', ()))})")
     out_bytes = T * hq * d * es
@@ -99,7 +105,8 @@ def _attention(g: Graph, spec: HybridSpec, x: str, b: int, L: int, es: int, gpu,
     kept = max(0, int(est.forward_retained_bytes or 0) - out_bytes)  # the logsumexp and the like
     g.tensor("attn_kept", kept)
     g.op("attn", out_bytes, ("qe", "ke", "v"), kind=NEW, saves=("qe", "ke", "v", "attn_kept"),
-         transient=max(0, int(est.peak_extra_bytes or 0) - int(est.forward_retained_bytes or 0) - qkv_grads))
+         transient=max(0, int(est.peak_extra_bytes or 0) - int(est.forward_retained_bytes or 0) - qkv_grads),
+         fixed_ms=(fwd_ms, bwd_ms))
     g.drop("attn_kept", "qe", "ke", "v")
     g.op("attn_c", out_bytes, ("attn",), kind=NEW)  # transpose(1, 2).reshape(...).contiguous()
     g.drop("attn")
@@ -108,8 +115,10 @@ def _attention(g: Graph, spec: HybridSpec, x: str, b: int, L: int, es: int, gpu,
     return "attn_out"
 
 
-def train_graph(spec: HybridSpec, b: int, L: int, es: int, gpu) -> Graph:
-    """The forward (loss kept, output dropped) and backward of one step; returns the replayed graph."""
+def train_graph(spec: HybridSpec, b: int, L: int, es: int, gpu, *, backward: bool = True) -> Graph:
+    """The forward (loss kept, output dropped) and backward of one step; returns the replayed graph. Without
+    `backward`, the forward of a prefill (its kernels price the prefill's time: the same ops, the logits of the
+    last position only; its memory is ssm_mamba2.prefill_replay's, not this graph's)."""
     g = Graph()
     T, H, V = b * L, spec.hidden, spec.vocab
     g.tensor("ids", T * 8)  # input_ids, labels = ids
@@ -180,7 +189,12 @@ def train_graph(spec: HybridSpec, b: int, L: int, es: int, gpu) -> Graph:
         g.drop("final")
         src = "fcast"
     heads = 0 if spec.tied_embeddings else V * H * es
-    g.op("logits", T * V * es, (src,), kind=NEW, saves=(src,), params=(("lm_head", heads),) if heads else ())
+    if not backward:  # logits_to_keep=1: the last position's logits, then .float()
+        g.op("logits", b * V * es, (src,), kind=NEW, gemm=(b, V, H))
+        g.op("logits32", b * V * F32, ("logits",), kind=NEW)
+        return g
+    g.op("logits", T * V * es, (src,), kind=NEW, saves=(src,), params=(("lm_head", heads),) if heads else (),
+         gemm=(T, V, H))
     g.drop(src)
     g.op("logits32", T * V * F32, ("logits",), kind=NEW, grad_bytes={"logits": T * V * es})  # .float()
     g.tensor("labels", b * (L + 1) * 8 + T * 8)  # pad(labels, (0, 1)), [..., 1:].contiguous()
@@ -210,4 +224,5 @@ def train_step_bytes(spec: HybridSpec, *, seq_len: int, batch: int, es: int, gpu
     step = grads + optimizer_step_transient_bytes(optimizer, params, es) + batch * seq_len * 8
     return {"optimizer_bytes": optimizer_state_bytes(optimizer, params, es), "graph_peak_bytes": g.trace.peak,
             "optimizer_step_bytes": step, "gradient_bytes": grads, "graph": g}
+
 

@@ -147,7 +147,7 @@ def mixer_train(g: Graph, s: MambaMixerShape, b: int, L: int, es: int, x: str, l
         g.op("x_in", bl * s.hidden * es, (x,), kind=NEW)
         src = "x_in"
     g.op("proj", bl * s.projection * es, (src,), kind=NEW, saves=(src,),
-         params=((pfx + "in_proj", s.hidden * s.projection * es),))
+         params=((pfx + "in_proj", s.hidden * s.projection * es),), gemm=(bl, s.projection, s.hidden))
     if s.in_multiplier:  # projected_states * mup_vector (a buffer)
         g.op("proj_mup", bl * s.projection * es, ("proj",), kind=NEW)
         g.drop("proj", "x_in")
@@ -185,7 +185,7 @@ def mixer_train(g: Graph, s: MambaMixerShape, b: int, L: int, es: int, x: str, l
     g.drop("gated")
     mixer_out = f"mixer_out{layer}"
     g.op(mixer_out, bl * s.hidden * es, ("cast",), kind=NEW, saves=("cast",),
-         params=((pfx + "out_proj", I * s.hidden * es),))
+         params=((pfx + "out_proj", I * s.hidden * es),), gemm=(bl, s.hidden, I))
     g.drop("cast", "proj")
     if s.out_multiplier:
         g.op(mixer_out + "s", bl * s.hidden * es, (mixer_out,), kind=NEW)

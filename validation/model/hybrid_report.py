@@ -21,6 +21,7 @@ import pandas as pd
 from estimator.files import write_atomic
 from estimator.model.hybrid import hybrid_from_hf_config
 from estimator.model.hybrid_plan import hybrid_plan
+from estimator.model.hybrid_time import FALLBACK_TIME_RATIO as RATIO
 from validation.model.hf_configs import family_config
 from validation.model.hf_hybrid import HYBRID_FAMILIES
 
@@ -51,7 +52,17 @@ def _train_row(row: dict) -> dict:
     meas = int(row["peak_bytes"]) - int(row["baseline_bytes"] or 0)
     est = plan.measured_view_bytes
     return {**rec, "measured_bytes": meas, "planned_bytes": est, "err": est / meas - 1,
-            "ok": abs(est - meas) <= max(TOL_REL * meas, TOL_ABS)}
+            "ok": abs(est - meas) <= max(TOL_REL * meas, TOL_ABS), **_times(plan, row.get("time_step_ms"))}
+
+
+def _times(plan, measured) -> dict:
+    """The measured time against the plan's figure and band (prefill, training step)."""
+    if plan.time_ms is None or measured in ("", None):
+        return {}
+    lo, hi = plan.time_band_ms
+    m = float(measured)
+    return {"time_measured_ms": m, "time_planned_ms": plan.time_ms, "time_ratio": m / (plan.time_ms / RATIO[1]),
+            "time_in_band": lo <= m <= hi}
 
 
 def compare(df: pd.DataFrame) -> pd.DataFrame:
@@ -87,7 +98,7 @@ def compare(df: pd.DataFrame) -> pd.DataFrame:
                     "err": est / meas - 1, "ok": abs(est - meas) <= max(TOL_REL * meas, TOL_ABS),
                     "cache_measured_bytes": cache_meas, "cache_planned_bytes": cache_est,
                     "cache_source": "tensors" if tensors not in ("", None) else "allocator",
-                    "cache_exact": cache_meas == cache_est})
+                    "cache_exact": cache_meas == cache_est, **_times(pre, row.get("time_prefill_ms"))})
         if dec is not None and row.get("peak_decode_bytes") not in ("", None):
             meas = int(row["peak_decode_bytes"]) - base
             est = dec.measured_view_bytes
@@ -115,6 +126,13 @@ def markdown(res: pd.DataFrame, sources: list[str]) -> str:
             what = ("the cache's tensors (numel · element_size)" if source == "tensors" else
                     "memory_allocated() after the prefill less weights, logits and ids")
             lines.append(f"Cache bytes exact ({what}): {int(part['cache_exact'].sum())} of {len(part)} prefill rows.")
+    timed = ran[ran["time_in_band"].notna()] if len(ran) and "time_in_band" in ran else ran.iloc[0:0]
+    if len(timed):
+        r = timed["time_ratio"]
+        lines.append(f"Time (prefill, training step) within the plan's measured band: "
+                     f"{int(timed['time_in_band'].astype(bool).sum())} of {len(timed)}; measured / priced "
+                     f"{r.min():.2f}x to {r.max():.2f}x, median {r.median():.2f}x "
+                     "(the price: estimator/model/hybrid_time.py).")
     ooms = res[res["status"] == "oom"] if len(res) else res
     lines.append(f"Out-of-memory rows called 'does not fit': {int(ooms['called'].sum()) if len(ooms) else 0} of "
                  f"{len(ooms)}.")

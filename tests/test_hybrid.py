@@ -93,5 +93,7 @@ def test_plan_cli_prices_a_hybrid_config_and_refuses_what_does_not_apply(tmp_pat
     assert plan_main(["--config", str(cfg), "--seq-len", "2048", "--tp", "2"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --tp:") and len(err.strip().splitlines()) == 1
-    assert advise_main(["--config", str(cfg), "--seq-len", "2048"]) == 2
+    assert advise_main(["--config", str(cfg), "--seq-len", "2048", "--gpu", "h200", "--json"]) == 0
+    assert [a["id"] for a in json.loads(capsys.readouterr().out)["advice"]] == ["fits"]
+    assert advise_main(["--config", str(cfg), "--seq-len", "2048", "--tp", "2"]) == 2
     assert "state-space/hybrid" in capsys.readouterr().err

@@ -39,15 +39,16 @@ def load_hybrid(args):
     return hybrid_from_hf_config(cfg, name=path.parent.name or path.stem)
 
 
-def hybrid_result(args) -> tuple[dict, str] | None:
-    """(JSON-ready result, table text) of the hybrid plan the flags ask for, or None when the model is not one."""
+def hybrid_request(args) -> dict | None:
+    """The checked request of a hybrid plan: {"spec", "mode" (inference | training), "optimizer", "kw" (seq_len,
+    batch, dtype, gpu)}, or None when the model is not a hybrid. A flag that does not apply is one error line."""
     spec = load_hybrid(args)
     if spec is None:
         return None
     for name, unset in _UNUSED:
         if str(getattr(args, name, None)) not in {str(u) for u in unset}:
             raise ValueError(f"--{name.replace('_', '-')}: does not apply to a state-space/hybrid plan (prefill and "
-                             "decode on the torch fallback)")
+                             "decode, or a bf16-true training step, on the torch fallback)")
     mode = str(getattr(args, "mode", None) or "inference")
     if mode not in ("inference", "training"):
         raise ValueError(f"--mode: expected inference or training, got {mode!r}")
@@ -60,14 +61,23 @@ def hybrid_result(args) -> tuple[dict, str] | None:
     if mode == "training" and precision not in (None, TRUE_PRECISION.get(dtype)):
         raise ValueError(f"--precision: a hybrid training step is priced as {TRUE_PRECISION.get(dtype, 'bf16-true')} "
                          f"(the model in {dtype}, no autocast), not {precision!r}")
+    optimizer = getattr(args, "optimizer", None) or "adamw"
+    if mode == "training" and optimizer not in TRAIN_OPTIMIZERS:
+        raise ValueError(f"--optimizer: {optimizer!r} is not priced for a hybrid model; expected one of "
+                         f"{', '.join(TRAIN_OPTIMIZERS)}")
     kw = dict(seq_len=_whole("--seq-len", args.seq_len), batch=_whole("--batch", args.batch or 1),
               dtype=dtype, gpu=args.gpu or "h200")
-    if mode == "training":
-        optimizer = getattr(args, "optimizer", None) or "adamw"
-        if optimizer not in TRAIN_OPTIMIZERS:
-            raise ValueError(f"--optimizer: {optimizer!r} is not priced for a hybrid model; expected one of "
-                             f"{', '.join(TRAIN_OPTIMIZERS)}")
-        plans = {"training": hybrid_plan(spec, mode="training", optimizer=optimizer, **kw)}
+    return {"spec": spec, "mode": mode, "optimizer": optimizer, "kw": kw}
+
+
+def hybrid_result(args) -> tuple[dict, str] | None:
+    """(JSON-ready result, table text) of the hybrid plan the flags ask for, or None when the model is not one."""
+    req = hybrid_request(args)
+    if req is None:
+        return None
+    spec, kw = req["spec"], req["kw"]
+    if req["mode"] == "training":
+        plans = {"training": hybrid_plan(spec, mode="training", optimizer=req["optimizer"], **kw)}
     else:
         plans = {mode: hybrid_plan(spec, mode=mode, **kw) for mode in ("prefill", "decode")}
     first = next(iter(plans.values()))

@@ -118,3 +118,25 @@ def test_plan_cli_training(capsys):
         assert plan_main(args + extra) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: --") and len(err.strip().splitlines()) == 1, err
+
+
+def test_time_band_holds_the_committed_rows_and_grows_with_the_work():
+    res = compare(pd.concat([pd.read_csv(f"validation/data/{name}.csv") for name in
+                             ("h200_hf_hybrid", "h200_hf_hybrid_heldout", "h200_hf_hybrid_train_fit")]))
+    timed = res[res["time_ratio"].notna()]
+    assert len(timed) >= 30 and bool(timed["time_in_band"].astype(bool).all())
+    spec = hybrid_from_hf_config({"model_type": "mamba2", "num_hidden_layers": 2})
+    short, long = (hybrid_plan(spec, seq_len=n, gpu="h200", mode="training") for n in (1024, 4096))
+    assert 3.0 < long.time_ms / short.time_ms < 5.0
+    lo, hi = long.time_band_ms
+    assert lo < long.time_ms < hi
+    assert hybrid_plan(spec, seq_len=1024, gpu="h200", mode="decode").time_ms is None
+
+
+def test_reduce_last_rate_is_the_measured_points_between_them():
+    from estimator.model.hybrid_time import REDUCE_LAST_READ_BYTES_PER_S, reduce_last_rate
+
+    for n, rate in REDUCE_LAST_READ_BYTES_PER_S:
+        assert reduce_last_rate(n) == rate
+    assert reduce_last_rate(96) == (1.15e12 + 2.21e12) / 2
+    assert reduce_last_rate(16) == 0.61e12 / 2 and reduce_last_rate(1024) == 3.2e12

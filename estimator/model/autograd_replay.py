@@ -107,15 +107,25 @@ class Graph:
     def op(self, out: str, nbytes: int, inputs: tuple[str, ...] = (), *, kind: str = NEW,
            saves: tuple[str, ...] = (), view_of: str | None = None, params: tuple[tuple[str, int], ...] = (),
            transient: int = 0, grad_bytes: dict | None = None, kinds: dict | None = None,
-           gemm: tuple[int, int, int] | None = None, fixed_ms: tuple[float, float] | None = None) -> None:
+           gemm: tuple[int, int, int] | None = None, fixed_ms: tuple[float, float] | None = None,
+           cls: tuple[str, int] | None = None) -> None:
         """`out` = an op of `inputs` (names), `nbytes` its size; `view_of`: it is a view of that tensor (no new
         storage); `saves`: the tensors whose storages its backward node keeps; `params`: parameter gradients its
         backward allocates (kept until the optimizer step)."""
         saved_keys = tuple(self._tensor[s][0] for s in saves)
         if view_of is None:  # one kernel: a GEMM, or a memory-bound op that reads its inputs and writes `out`
-            read = sum(self._tensor[i][1] for i in inputs if i in self._tensor)
-            self.kernels.append(("gemm", gemm) if gemm else ("fixed", fixed_ms[0]) if fixed_ms else
-                                ("memory", read + nbytes))
+            sizes = [self._tensor[i][1] for i in inputs if i in self._tensor]
+            read = sum(sizes)
+            if gemm:
+                self.kernels.append(("gemm", gemm))
+            elif fixed_ms:
+                self.kernels.append(("fixed", fixed_ms[0]))
+            elif cls:  # a kernel class of its own: ("reduce_last", innermost size): a sum over the innermost dim
+                self.kernels.append((cls[0], (read, cls[1])))
+            elif kind == MUL and sizes and nbytes > 2 * max(sizes):  # a broadcast product: priced by what it writes
+                self.kernels.append(("broadcast", nbytes))
+            else:
+                self.kernels.append(("memory", read + nbytes))
         grad = any(self.requires_grad(i) for i in inputs) or bool(params)
         if view_of is not None:  # the result exists before the name is rebound (`x = f(x)`)
             key = self._tensor[view_of][0]
@@ -234,9 +244,13 @@ class Graph:
             elif node.gemm:  # grad_input and grad_weight
                 self.backward_kernels += [("gemm", node.gemm), ("gemm", node.gemm)]
             elif node.kind != VIEW or len(made) != sum(k == gkey for _, k in made):
-                moved = node.out_bytes + sum(self._storage.get(k, 0) for k in node.saved)
-                moved += sum(node.out_bytes if node.kinds.get(n, node.kind) == MUL else
-                             self._storage.get(k, 0) for n, k in made if k != gkey)
+                broadcast = [n for n in muls if node.out_bytes > 2 * self._tensor[n][1]]
+                # each full-size gradient of a broadcast product is itself a broadcast product (grad x other),
+                # then sum_to reads it
+                self.backward_kernels += [("broadcast", node.out_bytes)] * len(broadcast)
+                moved = node.out_bytes * (1 + len(broadcast)) + sum(self._storage.get(k, 0) for k in node.saved)
+                moved += sum(self._storage.get(k, 0) if n not in broadcast else 0 for n, k in made if k != gkey)
+                moved += sum(node.out_bytes for n in muls if n not in broadcast)
                 self.backward_kernels.append(("memory", moved))
             if node.transient:
                 t = self._new_storage(node.transient, f"tmp{i}w")

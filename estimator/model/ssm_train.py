@@ -77,7 +77,7 @@ def chunk_scan_train(g: Graph, s: MambaMixerShape, b: int, L: int, es: int, x: s
     segment_sum_train(g, "Ac", b * h * c, l, "Lm")
     g.save_result("Lm")
     g.op("G_prod", blp * l * h * n * F32, ("Cc", "Bc"), kind=MUL, saves=("Cc", "Bc"))
-    g.op("Gm", blp * l * h * F32, ("G_prod",), kind=VIEW)  # .sum(-1): an expand in backward
+    g.op("Gm", blp * l * h * F32, ("G_prod",), kind=VIEW, cls=("reduce_last", n))  # .sum(-1)
     g.drop("G_prod")
     g.op("M_prod", blp * l * h * F32, ("Gm", "Lm"), kind=MUL, saves=("Gm", "Lm"))
     g.op("Mm", blp * l * h * F32, ("M_prod",), kind=VIEW)
@@ -116,7 +116,7 @@ def chunk_scan_train(g: Graph, s: MambaMixerShape, b: int, L: int, es: int, x: s
     g.op("sdo", blp * h * F32, ("A_cumsum",), kind=NEW)
     g.save_result("sdo")
     g.op("CTS", blp * h * P * n * F32, ("Cc", "states"), kind=MUL, saves=("Cc", "states"))
-    g.op("CTS_sum", blp * h * P * F32, ("CTS",), kind=VIEW)
+    g.op("CTS_sum", blp * h * P * F32, ("CTS",), kind=VIEW, cls=("reduce_last", n))
     g.op("Y_off", blp * h * P * F32, ("CTS_sum", "sdo"), kind=MUL, saves=("CTS_sum", "sdo"),
          grad_bytes={"sdo": blp * h * F32})
     g.drop("CTS_sum")

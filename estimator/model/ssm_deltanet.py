@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-F32 = 4
+from estimator.model.ssm_mamba2 import F32
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,6 +25,7 @@ def _run(query: dict) -> AppTest:
     return at
 
 
+@pytest.mark.slow  # the 64-layer training step and its advice re-plans: ~15 s on CPU
 def test_hybrid_preset_prefill_and_training():
     from estimator.model.hybrid import get_hybrid_preset
     from estimator.model.hybrid_plan import hybrid_plan

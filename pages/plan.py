@@ -8,11 +8,12 @@ import streamlit as st
 
 from estimator.hardware import get_gpu
 from estimator.model.hf_config import TEXT_ONLY_NOTE
+from estimator.model.hybrid import HYBRID_PRESET_CONFIGS
 from estimator.model.presets import PRESETS
 from estimator.model.vision_presets import VISION_PRESETS
 from estimator.report.explain import communication_lines, zero_lines
 from estimator.units import gib
-from ui import cached, export, figures, forms, state, sweeps, uploads, vision_view
+from ui import cached, export, figures, forms, hybrid_view, state, sweeps, uploads, vision_view
 from ui.text import duration, human, md, one_line
 from ui.tree_graph import tree_dot
 
@@ -64,7 +65,7 @@ heads = st.container()
 st.html("<style>div:has(> .st-key-plan_verdict){position:sticky;top:3.75rem;z-index:990;"
         "background-color:var(--background-color, #fff);}</style>")  # the keyed block's wrapper is the flex item
 
-presets = [*PRESETS, *VISION_PRESETS]
+presets = [*PRESETS, *VISION_PRESETS, *HYBRID_PRESET_CONFIGS]
 url_values, url_errors = state.values_from_query(st.query_params, presets=tuple(presets))
 for message in url_errors:
     top.warning(md(message))
@@ -78,6 +79,20 @@ with pick[1]:
         forms.preset_select(PREFIX, presets)
 submitted, uploaded = forms.plan_form(PREFIX, presets, source)
 values = forms.read_values(PREFIX, state.PLAN_DEFAULTS)
+
+# --- a state-space / hybrid model (mamba2, falcon_h1, bamba): its own plan on the torch fallback -----------------
+try:
+    hybrid = hybrid_view.hybrid_model(values, uploaded)
+    if hybrid is not None:
+        state.check_form_values({k: v for k, v in values.items() if k not in state.ARCH_FIELDS})
+        hybrid_view.render(top, hybrid, values)
+except ValueError as exc:
+    top.error(md(f"Cannot plan this: {one_line(exc)}"))
+    st.stop()
+if hybrid is not None:
+    st.query_params.from_dict(state.query_from_values(values))
+    forms.save_values(PREFIX, {k: v for k, v in values.items() if k in state.PLAN_DEFAULTS})
+    st.stop()
 
 # --- images: a Swin or vision-language model is planned tower by tower (tokens per modality first) -------------
 try:

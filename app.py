@@ -4,7 +4,11 @@ Thin pages over the estimator, the advisor and validation (no logic in the pages
 its widgets, builds a config (a ValueError becomes st.error), calls the estimator and renders.
 """
 
+import sys
+
 import streamlit as st
+
+sys.setswitchinterval(0.0005)
 
 st.set_page_config(page_title="Attention capacity planner", page_icon="🧮", layout="wide")
 

@@ -164,7 +164,7 @@ if prepared is None:
     top.info("Upload a Hugging Face `config.json` in the form and press **Plan**.")
     stop()
 inputs, config_spec, _ = prepared
-st.query_params.from_dict(state.query_from_values(values))
+share_query = state.query_from_values(values)  # the URL that shares this plan: set after the headline, below
 forms.save_values(PREFIX, {k: v for k, v in values.items() if k in state.PLAN_DEFAULTS})
 st.session_state["plan_inputs"] = inputs  # the trace and validate pages work on this plan
 # the uploaded config.json itself, for the Validate page to build the model from (ui/own_model.py)
@@ -199,6 +199,7 @@ if not plan.supported:
             st.info(md(f"Fix ({item.id}): {human(item.title)}. {human(item.expected_effect)}"))
         if advisor_error:
             st.error(md(advisor_error))
+    st.query_params.from_dict(share_query)
     draw_form_and_caveats()
     from estimator.model.layer_attention import priced_attention_call
 
@@ -231,6 +232,7 @@ with heads:
 # solvers and the backend table are computed; only then come the widgets (each burst of elements the browser
 # receives re-renders the page: docs/speed.md).
 time.sleep(HEADLINE_FLUSH_S)
+st.query_params.from_dict(share_query)  # the browser's address bar: one more message, after the headline
 solved = cached.plan(inputs)  # the largest n and batch: binary searches over the budget (memoised)
 max_n_slot.metric("largest n that fits", f"{solved.max_seq_len:,}", help=f"at batch {inputs.batch}")
 max_batch_slot.metric("largest batch that fits", f"{solved.max_batch:,}", help=f"at n = {inputs.seq_len:,}")

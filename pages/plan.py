@@ -239,11 +239,18 @@ max_batch_slot.metric("largest batch that fits", f"{solved.max_batch:,}", help=f
 from estimator.model.layer_attention import priced_attention_call  # noqa: E402 - the page's script, not a module
 
 call = priced_attention_call(inputs)  # the widest layer's call as the plan prices it (the Budget view's table)
-backends = sweeps.backend_table(call, gpu, torch_version=inputs.torch_version, estimate=cached.estimate)
+
+
+def backend_rows():
+    return sweeps.backend_table(call, gpu, torch_version=inputs.torch_version, estimate=cached.estimate)
+
+
+VIEWS = ("Budget", "Charts", "Advice", "Export")
+# the Budget view is the open one (the tabs' state is the open tab's label): its table is computed before the widgets
+backends = backend_rows() if st.session_state.get("plan_view", VIEWS[0]) == VIEWS[0] else None
 draw_form_and_caveats()
 
 parts = [(c.label, c.bytes) for c in plan.components]  # the budget's rows as (label, bytes per GPU)
-VIEWS = ("Budget", "Charts", "Advice", "Export")
 budget_tab, charts_tab, advice_tab, export_tab = st.tabs(VIEWS, key="plan_view", on_change="rerun")
 # Only the open tab runs (lazy tabs): the first render and a re-run after a submit skip the charts' sweep.
 
@@ -258,8 +265,10 @@ if budget_tab.open:
             st.caption(f"Parameters: {plan.params:,} in the model, {plan.trainable_params:,} trainable per GPU "
                        f"({inputs.finetune} fine-tuning).")
         st.subheader("Attention backend")
-        # `call`, `backends`: the widest layer's call as the plan prices it (a window through SDPA: the dense
-        # bool-masked call) and its backend table, computed above
+        # `call`: the widest layer's call as the plan prices it (a window through SDPA: the dense bool-masked call);
+        # its backend table was computed above when this view was open before the run
+        if backends is None:
+            backends = backend_rows()
         st.markdown(f"Per layer, each GPU makes the call **q ({call.batch}, {call.q_heads}, {call.q_len}, "
                     f"{call.head_dim}), k/v ({call.batch}, {call.kv_heads}, {call.kv_len}, {call.head_dim})**, "
                     f"{call.dtype}, {'causal, ' if call.causal else ''}"

@@ -84,7 +84,7 @@ def _timed(fn):
     return start.elapsed_time(end), host
 
 
-def _profile(fn) -> dict:
+def _profile(fn, top: int = 14) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
@@ -109,7 +109,7 @@ def _profile(fn) -> dict:
     kernels.sort(reverse=True)
     return {"gpu_ms_by_class": {k: round(v, 3) for k, v in by_class.items()},
             "gpu_ms": round(sum(by_class.values()), 3), "kernels": count,
-            "top": [{"ms": round(t, 3), "n": n, "cls": c, "name": k} for t, n, c, k in kernels[:14]]}
+            "top": [{"ms": round(t, 3), "n": n, "cls": c, "name": k} for t, n, c, k in kernels[:top]]}
 
 
 def run_case(case: dict) -> dict:

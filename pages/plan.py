@@ -9,11 +9,12 @@ import streamlit as st
 
 from estimator.hardware import get_gpu
 from estimator.model.hf_config import TEXT_ONLY_NOTE
+from estimator.model.hybrid import HYBRID_PRESET_CONFIGS
 from estimator.model.presets import PRESETS
 from estimator.model.vision_presets import VISION_PRESETS
 from estimator.report.explain import communication_lines, zero_lines
 from estimator.units import gib
-from ui import cached, export, figures, forms, state, sweeps, uploads, vision_view
+from ui import cached, export, figures, forms, hybrid_view, state, sweeps, uploads, vision_view
 from ui.text import duration, human, md, one_line
 from ui.tree_graph import tree_dot
 
@@ -83,16 +84,18 @@ def text_inputs(values: dict, uploaded):
 # a re-run then reaches the browser as one burst with the new numbers in it, ahead of the form's widgets (each
 # burst of elements costs the browser a re-render of the page: docs/speed.md). The form's values as last
 # submitted (and the other widgets' values) are in the session state before their widgets are drawn.
-presets = [*PRESETS, *VISION_PRESETS]
+presets = [*PRESETS, *VISION_PRESETS, *HYBRID_PRESET_CONFIGS]
 url_values, url_errors = state.values_from_query(st.query_params, presets=tuple(presets))
 forms.seed_state(PREFIX, url_values)
 values = forms.read_values(PREFIX, state.PLAN_DEFAULTS)
 source = values.get("source", "preset")  # the "Model from" radio's value, drawn below
 uploaded = st.session_state.get(f"{PREFIX}config_file") if source == "hf-config" else None
-image_model = prepared = plan = problem = None
+hybrid = image_model = prepared = plan = problem = None
 try:
-    image_model = vision_view.image_model(values, uploaded)
-    if image_model is None:
+    hybrid = hybrid_view.hybrid_model(values, uploaded)
+    if hybrid is None:
+        image_model = vision_view.image_model(values, uploaded)
+    if hybrid is None and image_model is None:
         prepared = text_inputs(values, uploaded)
         if prepared is not None:
             plan = cached.budget(prepared[0])  # the solvers (largest n and batch) run after the verdict, below
@@ -146,6 +149,19 @@ if prepared is not None and prepared[2] is not None:
 if problem is not None:
     top.error(md(problem))
     stop()
+
+# --- a state-space / hybrid model (mamba2, falcon_h1, bamba): its own plan on the torch fallback -----------------
+if hybrid is not None:
+    try:
+        state.check_form_values({k: v for k, v in values.items() if k not in state.ARCH_FIELDS})
+        draw_form()
+        hybrid_view.render(top, hybrid, values)
+    except ValueError as exc:
+        top.error(md(f"Cannot plan this: {one_line(exc)}"))
+        stop()
+    st.query_params.from_dict(state.query_from_values(values))
+    forms.save_values(PREFIX, {k: v for k, v in values.items() if k in state.PLAN_DEFAULTS})
+    st.stop()
 
 # --- images: a Swin or vision-language model is planned tower by tower (tokens per modality first) -------------
 if image_model is not None:

@@ -68,7 +68,7 @@ def test_reader_refuses_by_name(cfg, field):
         hybrid_from_hf_config(cfg)
 
 
-@pytest.mark.parametrize("kw,field", [({"kernels": "fast"}, "kernels"), ({"mode": "training"}, "mode"),
+@pytest.mark.parametrize("kw,field", [({"kernels": "fast"}, "kernels"), ({"mode": "serve"}, "mode"),
                                       ({"seq_len": 0}, "seq_len"), ({"dtype": "float32"}, "dtype")])
 def test_plan_refuses_what_it_does_not_model(kw, field):
     spec = hybrid_from_hf_config({"model_type": "mamba2", "num_hidden_layers": 2})
@@ -93,5 +93,7 @@ def test_plan_cli_prices_a_hybrid_config_and_refuses_what_does_not_apply(tmp_pat
     assert plan_main(["--config", str(cfg), "--seq-len", "2048", "--tp", "2"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --tp:") and len(err.strip().splitlines()) == 1
-    assert advise_main(["--config", str(cfg), "--seq-len", "2048"]) == 2
+    assert advise_main(["--config", str(cfg), "--seq-len", "2048", "--gpu", "h200", "--json"]) == 0
+    assert [a["id"] for a in json.loads(capsys.readouterr().out)["advice"]] == ["fits"]
+    assert advise_main(["--config", str(cfg), "--seq-len", "2048", "--tp", "2"]) == 2
     assert "state-space/hybrid" in capsys.readouterr().err

@@ -73,3 +73,26 @@ def test_tree_has_the_branch():
     text = render_tree()
     assert "attention dominates and a window is not enough" in text
     assert "[linear-attention, hybrid-architecture]" in text
+
+
+def test_hybrid_model_advice_is_re_planned():
+    """A Mamba2 prefill that does not fit on the torch fallback: the fused kernels (not priced), a smaller
+    chunk_size and the longest sequence that fits, each a re-plan of the same model."""
+    from dataclasses import replace
+
+    from estimator.advice.hybrid_rules import hybrid_advice
+    from estimator.model.hybrid import hybrid_from_hf_config
+    from estimator.model.hybrid_plan import hybrid_plan
+
+    spec = hybrid_from_hf_config({"model_type": "mamba2", "num_hidden_layers": 2})
+    items = hybrid_advice(spec, mode="prefill", seq_len=6_000, batch=2, dtype="bfloat16", gpu="h200")
+    ids = [a.id for a in items]
+    assert ids[0] == "mamba-fast-kernels" and items[0].bytes_after is None
+    assert {"mamba-chunk-size", "reduce-batch", "reduce-seq-len"} <= set(ids)
+    chunk = next(a for a in items if a.id == "mamba-chunk-size")
+    c = dict(chunk.change)["chunk_size"]
+    again = hybrid_plan(replace(spec, mixer=replace(spec.mixer, chunk=c)), seq_len=6_000, batch=2, gpu="h200")
+    assert chunk.bytes_after == again.total_bytes < chunk.bytes_before
+    seq = next(a for a in items if a.id == "reduce-seq-len")
+    L = dict(seq.change)["seq_len"]
+    assert hybrid_plan(spec, seq_len=L, batch=2, gpu="h200").fits and L < 6_000

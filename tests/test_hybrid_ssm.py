@@ -70,3 +70,32 @@ def test_params_exact_at_published_widths(family):
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(to_hf_config(cfg))
     assert sum(p.numel() for p in model.parameters()) == hybrid_from_hf_config(cfg).params
+
+
+def test_qwen3_next_cache_bytes_are_what_its_cache_holds():
+    from transformers import AutoModelForCausalLM, Qwen3NextConfig
+
+    from estimator.model.hybrid import hybrid_from_hf_config
+    from estimator.model.ssm_deltanet import deltanet_cache_from_hf_config
+
+    kw = dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+              linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=16,
+              intermediate_size=64, moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts=4,
+              num_experts_per_tok=2, vocab_size=128)
+    model = AutoModelForCausalLM.from_config(Qwen3NextConfig(**kw), dtype=torch.bfloat16).eval()
+    b, L = 2, 37
+    with torch.no_grad():
+        out = model(input_ids=torch.randint(0, 128, (b, L)), use_cache=True, logits_to_keep=1)
+    held = 0
+    for layer in out.past_key_values.layers:
+        for name in ("keys", "values", "conv_states", "recurrent_states"):
+            value = getattr(layer, name, None)
+            for t in (value.values() if isinstance(value, dict) else (value,)):
+                if isinstance(t, torch.Tensor):
+                    held += t.numel() * t.element_size()
+    cache = deltanet_cache_from_hf_config({"model_type": "qwen3_next", **kw})
+    assert cache.cache_bytes(batch=b, seq_len=L, es=2) == held
+    default = deltanet_cache_from_hf_config({"model_type": "qwen3_next"})  # the issue's ~74 MiB + 24 KiB/token
+    assert default.state_bytes_per_sequence(2) == 77_856_768 and default.kv_bytes_per_token(2) == 24_576
+    with pytest.raises(ValueError, match=r"^model_type: .*74\.25 MiB per sequence \+ 24\.0 KiB per token"):
+        hybrid_from_hf_config({"model_type": "qwen3_next"})

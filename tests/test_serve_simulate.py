@@ -8,6 +8,7 @@ import pytest
 
 from estimator.model.inputs import PlanInputs
 from estimator.model.presets import get_preset
+from estimator.serve import hf_host
 from estimator.serve.capacity import ServeInputs, prepare, serve
 from estimator.serve.engines import EngineConfig
 from estimator.serve.result import Targets
@@ -45,12 +46,33 @@ def test_one_request_alone_takes_the_priced_steps(engine):
     si = inputs(engine, workload=wl)
     config, memory, pricer = prepare(si)
     r = serve(si)
-    prefill = pricer.step_ms(700, 1, 0, [(700, 0)], 700, requests=1) if memory.max_batch_tokens >= 700 else None
+    # every step of a lone request is a shape its engine has not run: hf-cb builds its cuDNN graphs each step
+    prefill = pricer.step_ms(700, 1, 0, [(700, 0)], 700, requests=1,
+                             new_graphs=len(pricer.graph_keys(700, 700))) if memory.max_batch_tokens >= 700 else None
     assert prefill is not None
-    decode = [pricer.step_ms(1, 1, 700 + k, [], 700 + k + 1, requests=1) for k in range(4)]
+    decode = [pricer.step_ms(1, 1, 700 + k, [], 700 + k + 1, requests=1,
+                             new_graphs=len(pricer.graph_keys(1, 700 + k + 1))) for k in range(4)]
+    assert pricer.graph_builds == (engine == "hf-cb")
     assert r.ttft_ms["p50"] == pytest.approx(prefill, abs=1e-3)
     assert r.e2e_ms["p50"] == pytest.approx(prefill + sum(decode), abs=1e-3)
     assert r.tpot_ms["p50"] == pytest.approx(sum(decode) / 4, abs=1e-3)
+
+
+def test_hf_cb_pays_a_cudnn_graph_build_only_for_shapes_its_process_has_not_run():
+    # two waves of identical requests: the second wave's steps repeat the first's (Q, K) exactly, so they build no
+    # graph and run faster than the first wave's
+    wl = synthetic_workload(rate_per_s="inf", requests=8, prompt_tokens=256, output_tokens=6, seed=0)
+    r = serve(inputs("hf-cb", workload=wl, num_blocks=8, block_size=256, max_seqs=4))
+    sim = r.simulation
+    first_wave = sorted(sim.finish_s)[:4]
+    second_wave = sorted(sim.finish_s)[4:]
+    assert len(set(first_wave)) == 1 and len(set(second_wave)) == 1
+    first_t = first_wave[0]
+    second_t = second_wave[0] - first_t
+    config, memory, pricer = prepare(inputs("hf-cb", workload=wl, num_blocks=8, block_size=256, max_seqs=4))
+    assert pricer.graph_builds
+    build_s = hf_host.HF_CB_GRAPH_BUILD_MS / 1e3
+    assert first_t - second_t == pytest.approx(sim.steps / 2 * build_s, rel=1e-6)
 
 
 def test_a_long_prompt_is_chunked_by_the_token_budget():

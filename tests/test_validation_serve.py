@@ -153,11 +153,12 @@ def _synthetic_steps():
                 prep = (0.4 + 0.001 * req + 0.05 * req * shape.full_mask + 0.08 * req * shape.sliding_mask
                         + 1e-4 * rf + 2e-4 * rs + 4e-4 * shape.q_tokens * shape.groups)
                 upd = 0.06 + 0.007 * req
-                gpu = 3.0 + 0.1 * req
-                forward = 20.0 + 0.03 * kernels + gpu
-                rows.append({"run": f"k{kernels}", "phased": True, "shape": shape, "kernels": kernels, "gpu_ms": gpu,
-                             "prepare_ms": prep, "update_ms": upd, "forward_ms": forward,
-                             "duration_ms": prep + forward + upd})
+                for new in (0, 1, 2):  # cuDNN graphs built in the step
+                    gpu = 3.0 + 0.1 * req + (60.0 if rf == 40_000 else 0.0)  # some steps GPU-bound
+                    forward = max(gpu, 0.03 * kernels) + 45.0 * new
+                    rows.append({"run": f"k{kernels}", "phased": True, "shape": shape, "kernels": kernels,
+                                 "gpu_ms": gpu, "new_graphs": new, "prepare_ms": prep, "update_ms": upd,
+                                 "forward_ms": forward, "duration_ms": prep + forward + upd})
     return rows
 
 
@@ -166,12 +167,13 @@ def test_host_fit_recovers_known_coefficients():
     want = {"PREPARE_BASE_MS": 0.4, "PREPARE_PER_REQUEST_MS": 0.001, "MASK_FULL_PER_REQUEST_MS": 0.05,
             "MASK_SLIDING_PER_REQUEST_MS": 0.08, "READ_FULL_PER_TOKEN_MS": 1e-4, "READ_SLIDING_PER_TOKEN_MS": 2e-4,
             "WRITE_PER_TOKEN_MS": 4e-4, "UPDATE_BASE_MS": 0.06, "UPDATE_PER_REQUEST_MS": 0.007,
-            "STEP_BASE_MS": 20.0, "LAUNCH_MS": 0.03}
+            "LAUNCH_MS": 0.03, "GRAPH_BUILD_MS": 45.0}
     for k, v in want.items():
-        assert got[k] == pytest.approx(v, rel=1e-6, abs=1e-9), k
-    # a step cannot cost less than its launches: a negative per-step constant is refitted through the origin
-    clipped = fit.fit_host([{**r, "forward_ms": 0.03 * r["kernels"] + r["gpu_ms"] - 5.0} for r in _synthetic_steps()])
-    assert clipped["STEP_BASE_MS"] == 0.0 and clipped["LAUNCH_MS"] > 0
+        assert got[k] == pytest.approx(v, rel=1e-4, abs=1e-9), k
+    # a build cannot cost less than nothing: steps faster with builds than without clip it at 0
+    clipped = fit.fit_host([{**r, "forward_ms": max(r["gpu_ms"], 0.03 * r["kernels"]) - 1.0 * r["new_graphs"]}
+                            for r in _synthetic_steps()])
+    assert clipped["GRAPH_BUILD_MS"] == 0.0 and clipped["LAUNCH_MS"] > 0
 
 
 def test_committed_constants_are_what_the_fit_command_gives():
@@ -183,6 +185,7 @@ def test_committed_constants_are_what_the_fit_command_gives():
         mine = fit.read_steps(steps)
         for r in mine:
             fit.price_step(pricers[r["run"]][1], r)
+        fit.mark_new_graphs(mine, pricers, fit.shared_process(steps))
         rows += mine
     got = fit.fit_host(rows)
     for k, v in got.items():

@@ -99,3 +99,55 @@ def test_profiled_swin_step_is_within_the_band():
     row = next(r for r in _breakdown() if r["family"] == "swin-l" and r.get("gpu_ms"))
     plan = _swin("training", int(row["image_size"]), batch=int(row["batch"]))
     assert 0.7 < plan.step_time_ms / row["wall_ms"] < 1.15
+
+
+def test_qwen25_windowed_blocks_pay_one_attention_call_per_window():
+    """Qwen2.5-VL's windowed blocks call SDPA once per window (cu_window_seqlens), so their host cost grows with the
+    windows of the image, counted as get_window_index cuts them (estimator/model/vision_tokens.py qwen_vl_windows)."""
+    from estimator.model.vision_tokens import qwen_vl_windows
+    from estimator.model.vision_vlm import tower_block_extras_ms
+
+    spec, req = _vlm("qwen2.5-vl-3b", text_tokens=64, image_size=(1344, 1344), layers=2)
+    plan = vision_plan(req, solve=False)
+    windowed = next(p for p in plan.parts if p.name == "vision tower windowed blocks")
+    assert len(qwen_vl_windows(96, 96)) == 144  # a 96 x 96 patch grid: 12 x 12 windows of 8 x 8 patches
+    assert len(qwen_vl_windows(70, 70)) == 81  # 70 x 70 (1344 px after smart_resize): 9 x 9, the edge ones partial
+    gh = plan.tokens["image_size"][0] // 14
+    windows = len(qwen_vl_windows(gh, gh))
+    one = tower_block_extras_ms(spec, windowed.plan, 1)
+    every = tower_block_extras_ms(spec, windowed.plan, windows)
+    assert windowed.extra_ms == pytest.approx(every * windowed.plan.inputs.model.layers)
+    assert every > one * 5  # the per-window calls, not one call per image, set the windowed blocks' host time
+    full = next(p for p in plan.parts if p.name == "vision tower")
+    assert full.extra_ms == pytest.approx(tower_block_extras_ms(spec, full.plan, 1) * full.plan.inputs.model.layers)
+
+
+def test_gemma3_image_mask_host_time_is_priced_per_sequence_from_the_probe():
+    """Gemma-3 with images builds its sliding mask through vmap on the host (create_masks_for_vision_model): the
+    plan adds GEMMA3_IMAGE_MASK_MS_PER_SEQUENCE per sequence to the language model, within the committed probe's
+    per-sequence range; text-only forwards and the other families add nothing."""
+    from estimator.model.vision_vlm import GEMMA3_IMAGE_MASK_MS_PER_SEQUENCE
+
+    rows = [json.loads(line) for line in (VDATA / "h200_vision_parts_probe.jsonl").read_text().splitlines()]
+    per_seq = [r["mask_ms"] / int(r["batch"]) for r in rows if r["family"] == "gemma-3-4b" and "mask_ms" in r]
+    assert len(per_seq) == 2 and min(per_seq) <= GEMMA3_IMAGE_MASK_MS_PER_SEQUENCE <= max(per_seq)
+    _, req = _vlm("gemma-3-4b", text_tokens=512, layers=6)
+    for b in (1, 2):
+        plan = vision_plan(replace(req, base=replace(req.base, batch=b)), solve=False)
+        lm = next(p for p in plan.parts if p.name == "language model")
+        assert lm.extra_ms == pytest.approx(GEMMA3_IMAGE_MASK_MS_PER_SEQUENCE * b)
+    text = vision_plan(replace(req, images=0), solve=False)
+    assert next(p for p in text.parts if p.name == "language model").extra_ms == 0.0
+    _, llava = _vlm("llava-1.5-7b", text_tokens=512, layers=2)
+    assert next(p for p in vision_plan(llava, solve=False).parts if p.name == "language model").extra_ms == 0.0
+
+
+def test_qwen25_training_pays_the_per_window_calls_forward_and_backward():
+    from estimator.model.step_time import DECODE_KERNEL_HOST_MS
+    from estimator.model.vision_vlm import tower_block_extras_ms
+
+    spec, req = _vlm("qwen2.5-vl-3b", mode="training", text_tokens=64, image_size=(896, 896), layers=2)
+    plan = vision_plan(req, solve=False)
+    windowed = next(p for p in plan.parts if p.name == "vision tower windowed blocks")
+    calls = 64  # 896 px: 64 x 64 patches, 8 x 8 windows
+    assert tower_block_extras_ms(spec, windowed.plan, calls) >= 2 * 3 * calls * DECODE_KERNEL_HOST_MS

@@ -262,9 +262,12 @@ def plan_inputs(values: Mapping, config_spec=None):
 def default_seq_len(preset: str) -> int | None:
     """The n a preset is planned at first: an encoder's native tokens (vit-l-16: 197), else the context the
     model was trained for (llama-3-8b: 8,192); None when the preset does not say."""
+    from estimator.model.hybrid import get_hybrid_preset
     from estimator.model.presets import get_preset
     from estimator.model.vision_presets import get_vision_preset
 
+    if get_hybrid_preset(preset) is not None:  # a state-space / hybrid preset: its prefill at 4,096 tokens
+        return 4096
     vision = get_vision_preset(preset)
     if vision is not None:  # a vision-language preset: n counts the text tokens; Swin: the image gives them
         return 512 if hasattr(vision, "lm") else None

@@ -103,6 +103,10 @@ TREE = Node(
                               "bound), fewer images, a frozen tower, a fused kernel in the tower.",
                     "vision-memory-split", "vision-max-pixels", "vision-fewer-pixels", "vision-freeze-tower",
                     "vision-fused-tower")),
+                ("a state-space / hybrid model on transformers' torch fallback (no mamba-ssm)", _leaf(
+                    "ssm-fallback", "Install the fused kernels (mamba-ssm, causal-conv1d); until then a smaller "
+                                    "chunk_size shrinks the chunked scan's fp32 products (same result).",
+                    "mamba-fast-kernels", "mamba-chunk-size")),
                 ("fits at batch 1, not at this batch", _leaf("batch", "Reduce the batch first.", "reduce-batch")),
                 ("training activations", _leaf(
                     "activations", "Activation checkpointing where the activations are (FFN or attention); "

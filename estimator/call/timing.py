@@ -13,6 +13,8 @@ time = max(GPU work, host dispatch, serial chain) + overhead, per (backend, mode
     share of their peak).
   - masked compute: the same for calls with an attn_mask on cuDNN or the efficient kernel (they add a bias tile
     per score tile and run markedly slower than their unmasked kernels: fitted separately).
+  - masked and wide (a 16-bit forward with head_dim > 128 and a mask): the masked compute times
+    MASKED_WIDE_SLOWDOWN.
   - wide compute: the same for unmasked 16-bit calls with head_dim > 128 (those kernels run smaller tiles, and the
     efficient backward keeps dK/dV in global memory: a 16-bit efficient backward at head_dim 160 runs ~5x slower
     per FLOP than at 128 on the H200).
@@ -75,16 +77,24 @@ FLEX_FLOP_SHARE = 0.85  # flex's FLOP rate relative to flash's (the FlexAttentio
 # follow four warm runs of the same call; 20 naive ms (~27 ms at cuDNN's rate) gave the lowest error over the fit
 # sets of the values tried (10, 20, 40, 80: 2.8% median on the long calls at 20, 3.4-3.5% at the others)
 POWER_CAP_AFTER_MS = 20.0
+# a masked forward (a dense bias tile per score tile) on cuDNN or the efficient kernel with 16-bit head_dim > 128
+# runs both slow paths at once: the bias reads and the wide kernels' smaller tiles (module docstring, "wide
+# compute"). The masked factors were fitted on calls of head_dim <= 128 almost alone: the masked wide forwards >= 1 ms
+# of the seven fit sets ran a median 34% longer than priced, and whole 4-layer Gemma-2/3 prefills (sliding layers
+# at head_dim 256 get a dense mask) 16-25% longer at 32k-128k. Their masked compute is priced at 1/1.5 of the
+# masked rate (of 1.0-2.0, 1.5-1.55 gave those calls the lowest median |error|), and the factors refitted with it
+# (backward factors unchanged). Backward is left at the masked rate: its four such fit calls are too few to set it.
+MASKED_WIDE_SLOWDOWN = 1.5
 # (flop_fit 16-bit, flop_fit fp32, masked_flop_fit, bw_fit, exp_fit, dropout_fit, gemm_fit, wide_flop_fit,
 # short_query_fit, power_cap_fit, host_ms_per_kernel, ms_per_dq_step, overhead_ms) per (backend, forward_backward):
 # the fit described in the module docstring (a factor 1000: the term came out free; a factor no row of the group
 # exercises copies another)
 FIT_FACTORS = {
-    ("cudnn", False): (0.693, 0.693, 0.415, 0.939, 1000.0, 0.21, 1000.0, 0.974, 1.521, 1.918, 0.0, 0.0, 0.073),
+    ("cudnn", False): (0.691, 0.691, 0.433, 1.061, 1000.0, 0.21, 1000.0, 0.971, 1.465, 1.932, 0.0, 0.0, 0.073),
     ("cudnn", True): (0.913, 0.913, 0.406, 2.391, 1.021, 0.313, 1000.0, 0.578, 2.02, 2.777, 0.0, 0.0, 0.339),
     ("eager", False): (1.0, 1.0, 1.0, 0.524, 1000.0, 0.851, 0.611, 1.0, 1.0, 1000.0, 0.0162, 0.0, 0.11),
     ("eager", True): (1.0, 1.0, 1.0, 0.536, 1000.0, 1.583, 0.665, 1.0, 1.0, 1000.0, 0.0512, 0.0, 0.291),
-    ("efficient", False): (2.203, 0.832, 0.685, 0.742, 0.1, 0.142, 1000.0, 0.226, 0.929, 1000.0, 0.0, 0.0, 0.073),
+    ("efficient", False): (2.129, 0.83, 0.674, 0.804, 0.101, 0.142, 1000.0, 0.225, 0.924, 1000.0, 0.0, 0.0, 0.074),
     ("efficient", True): (0.323, 0.726, 0.721, 0.492, 0.137, 0.08, 1000.0, 0.051, 0.085, 4.894, 0.0, 0.00106, 0.381),
     ("flash", False): (0.413, 0.413, 0.413, 0.755, 1.267, 0.643, 1000.0, 0.341, 1.186, 4.199, 0.0, 0.0, 0.091),
     ("flash", True): (0.356, 0.356, 0.356, 1000.0, 1.771, 0.184, 1000.0, 0.304, 0.159, 64.28, 0.0, 0.0, 0.407),
@@ -235,7 +245,8 @@ def time_terms(c: Calls, backend, executed, gpu: GPU):
     short = (c.L < _query_tile(c, backend)) & ~masked  # a masked short call keeps the masked rate (its bias reads)
     plain = ~(masked | c.fp32 | wide | short)
     fused = [np.where(plain, comp, 0.0), np.where(~masked & c.fp32 & ~short, comp, 0.0),
-             np.where(masked, comp, 0.0), mem, scores, drop]
+             np.where(masked, comp * np.where(~c.fp32 & ~c.grad & (c.D > 128), MASKED_WIDE_SLOWDOWN, 1.0), 0.0), mem, scores,
+             drop]
     gemm, ew, cdrop = chain_terms(c, backend, gpu)
     chain = np.isin(backend, registry.OP_CHAIN)
     # the board's power limit: tensor-core work sustained past POWER_CAP_AFTER_MS runs at the capped clock

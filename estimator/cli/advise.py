@@ -53,9 +53,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         from estimator.advice.plan_rules import advise
+        from estimator.cli.hybrid_args import hybrid_request
 
-        request = image_request(args)
-        if request is not None:  # Swin or a vision-language model: where the memory goes, tower by tower
+        hybrid = hybrid_request(args)
+        request = None if hybrid is not None else image_request(args)
+        if hybrid is not None:  # mamba2 / falcon_h1 / bamba on the torch fallback: re-plans of the same model
+            from estimator.advice.hybrid_rules import hybrid_advice
+
+            mode = "training" if hybrid["mode"] == "training" else "prefill"
+            items = hybrid_advice(hybrid["spec"], mode=mode, optimizer=hybrid["optimizer"], **hybrid["kw"])
+        elif request is not None:  # Swin or a vision-language model: where the memory goes, tower by tower
             from estimator.advice.vision_rules import vision_advice
             from estimator.model.vision_plan import vision_plan
 

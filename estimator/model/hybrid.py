@@ -133,7 +133,14 @@ def hybrid_from_hf_config(cfg: dict, *, name: str = "") -> HybridSpec:
     """A HybridSpec from a transformers config dict (keys left out take transformers 5.17's defaults)."""
     mt = str(cfg.get("model_type", ""))
     if mt in NOT_MODELLED:
-        raise ValueError(f"model_type: {mt!r} ({NOT_MODELLED[mt]}) is not modelled yet; modelled hybrids: "
+        extra = ""
+        if mt == "qwen3_next":  # its cache is exact (estimator/model/ssm_deltanet.py), its activations are not
+            from estimator.model.ssm_deltanet import deltanet_cache_from_hf_config
+
+            c = deltanet_cache_from_hf_config(cfg)
+            extra = (f" (its bf16 cache: {c.state_bytes_per_sequence(2) / 2**20:,.2f} MiB per sequence + "
+                     f"{c.kv_bytes_per_token(2) / 1024:,.1f} KiB per token)")
+        raise ValueError(f"model_type: {mt!r} ({NOT_MODELLED[mt]}) is not modelled yet{extra}; modelled hybrids: "
                          f"{', '.join(HYBRID_TYPES)}")
     if mt not in HYBRID_TYPES:
         raise ValueError(f"model_type: {mt!r} is not a hybrid; expected one of {', '.join(HYBRID_TYPES)}")

@@ -3,9 +3,9 @@ keeps its cache state, or one cached decode step, as transformers 5.17 runs them
 mamba-ssm / causal-conv1d: `estimator/model/ssm_mamba2.py`). Softmax attention layers are priced by the
 attention estimator (`estimate_call`, SDPA's backend choice), the rest by replaying the layer's tensors.
 
-The fused kernels are refused (`kernels="fast"`: not modelled), and so is training (the fallback's autograd
-graph is not modelled): a planner that priced the fast path here would say "fits" for a prefill that needs tens
-of GiB more on a machine without them.
+A training step (mode "training") is replayed through autograd by estimator/model/hybrid_train.py. The fused
+kernels are refused (`kernels="fast"`: not modelled): a planner that priced the fast path here would say "fits"
+for a prefill that needs tens of GiB more on a machine without them.
 """
 
 from __future__ import annotations
@@ -18,10 +18,12 @@ from estimator.call.config import MAX_SEQ_LEN, AttentionCall, check_positive_int
 from estimator.hardware import get_gpu
 from estimator.model.budget import Verdict, fit_verdict
 from estimator.model.hybrid import HybridSpec
+from estimator.model.hybrid_time import fallback_time
+from estimator.model.hybrid_train import train_step_bytes
 from estimator.model.ssm_mamba2 import F32, Trace, decode_replay, prefill_replay
 from estimator.units import MIB, round_up
 
-MODES = ("prefill", "decode")
+MODES = ("prefill", "decode", "training")
 KERNELS = ("torch-fallback", "fast")
 PATH_TEXT = ("torch fallback: transformers 5.17 reference PyTorch path (mamba2_chunk_scan, causal_conv1d_fn), as it "
              "runs without mamba-ssm and causal-conv1d")
@@ -38,11 +40,15 @@ class HybridPlan:
     weights_bytes: int
     state_bytes: int  # conv + ssm states of every Mamba2 layer, all sequences
     kv_cache_bytes: int  # attention layers' k and v (seq_len tokens; decode: seq_len + 1)
-    activation_bytes: int  # the step's peak above weights and cache
+    activation_bytes: int  # the step's peak above weights and cache (training: and optimizer state)
     workspace_bytes: int
     context_bytes: int
     total_bytes: int
     verdict: Verdict
+    time_ms: float | None = None  # prefill / training step (estimator/model/hybrid_time.py); None for decode
+    time_band_ms: tuple[float, float] | None = None  # the measured band around it
+    optimizer_bytes: int = 0  # training: the optimizer's state (bf16-true: in the parameters' dtype)
+    gradient_bytes: int = 0  # training: every parameter's gradient (part of activation_bytes at the peak)
     detail: dict = field(default_factory=dict, hash=False)
 
     @property
@@ -57,14 +63,14 @@ class HybridPlan:
 
 
 def hybrid_plan(spec: HybridSpec, *, seq_len: int, batch: int = 1, mode: str = "prefill", dtype: str = "bfloat16",
-                gpu: str = "h200", kernels: str = "torch-fallback") -> HybridPlan:
-    """The plan of a prefill of `seq_len` tokens (keeping the cache state and the last position's logits), or of
-    one decode step after such a prefill."""
+                gpu: str = "h200", kernels: str = "torch-fallback", optimizer: str = "adamw") -> HybridPlan:
+    """The plan of a prefill of `seq_len` tokens (keeping the cache state and the last position's logits), of
+    one decode step after such a prefill, or of one training step (bf16-true, `optimizer`; no checkpointing:
+    estimator/model/hybrid_train.py)."""
     seq_len = check_positive_int("seq_len", seq_len, MAX_SEQ_LEN)
     batch = check_positive_int("batch", batch, 1 << 16)
     if mode not in MODES:
-        raise ValueError(f"mode: unknown value {mode!r}; expected one of {', '.join(MODES)} (training of the torch "
-                         "fallback is not modelled)")
+        raise ValueError(f"mode: unknown value {mode!r}; expected one of {', '.join(MODES)}")
     if kernels not in KERNELS:
         raise ValueError(f"kernels: unknown value {kernels!r}; expected one of {', '.join(KERNELS)}")
     if kernels == "fast":
@@ -74,9 +80,11 @@ def hybrid_plan(spec: HybridSpec, *, seq_len: int, batch: int = 1, mode: str = "
     if dtype == "float32":  # the fallback's .float() / .to(float32) calls are copies only from a 16-bit model
         raise ValueError("dtype: float32 is not modelled for these families (the torch fallback's fp32 copies are "
                          "replayed for a bfloat16 or float16 model); use bfloat16 or float16")
+    if mode == "training":
+        return _training_plan(spec, seq_len=seq_len, batch=batch, dtype=dtype, gpu=gpu, optimizer=optimizer)
     es = element_bytes(dtype)
     g = get_gpu(gpu)
-    weights = spec.params * es + spec.buffer_elements * es + (spec.head_dim // 2 * F32 if spec.attention_layers else 0)
+    weights = weights_bytes(spec, es)
     p = Trace()
     if mode == "prefill":
         _prefill(p, spec, batch, seq_len, es, g)
@@ -94,11 +102,47 @@ def hybrid_plan(spec: HybridSpec, *, seq_len: int, batch: int = 1, mode: str = "
     else:  # a request no cached block or new segment could hold: the plan does not fit
         reserve = max(round_up(failed, 2 * MIB), g.memory_bytes - total + 1)
     verdict = fit_verdict(total_bytes=total, capacity_bytes=g.memory_bytes, allocator_reserve_bytes=reserve)
+    t = fallback_time(spec, mode=mode, seq_len=seq_len, batch=batch, dtype=dtype, gpu=g) if mode == "prefill" else {}
     return HybridPlan(spec=spec, mode=mode, batch=batch, seq_len=seq_len, dtype=dtype, path=PATH_TEXT,
                       weights_bytes=weights, state_bytes=state, kv_cache_bytes=kv, activation_bytes=activations,
                       workspace_bytes=workspace, context_bytes=context, total_bytes=total, verdict=verdict,
+                      time_ms=t.get("time_ms"), time_band_ms=t.get("band_ms"),
                       detail={"peak_above_weights_bytes": p.peak, "allocator_replay_ran": ran,
                               "replayed_peak_reserved_bytes": reserved, "failed_request_bytes": failed})
+
+
+def _training_plan(spec: HybridSpec, *, seq_len: int, batch: int, dtype: str, gpu: str, optimizer: str = "adamw"):
+    """A `HybridPlan` of mode "training": weights, optimizer state, the step's peak of activations, gradient
+    buffers and parameter gradients, the verdict from the caching-allocator replay of every tensor of the step."""
+    es = element_bytes(dtype)
+    g = get_gpu(gpu)
+    c = train_step_bytes(spec, seq_len=seq_len, batch=batch, es=es, gpu=g, optimizer=optimizer)
+    weights, opt = weights_bytes(spec, es), c["optimizer_bytes"]
+    activations = max(c["graph_peak_bytes"], c["optimizer_step_bytes"])
+    workspace, context = CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES
+    total = weights + opt + activations + workspace + context
+    ran, reserved, failed = _allocator_replay(c["graph"].trace, weights + opt, workspace, g.memory_bytes - context)
+    if ran:
+        reserve = max(0, reserved - (weights + opt + workspace + c["graph_peak_bytes"]))
+    else:
+        reserve = max(round_up(failed, 2 * MIB), g.memory_bytes - total + 1)
+    verdict = fit_verdict(total_bytes=total, capacity_bytes=g.memory_bytes, allocator_reserve_bytes=reserve)
+    t = fallback_time(spec, mode="training", seq_len=seq_len, batch=batch, dtype=dtype, gpu=g, optimizer=optimizer,
+                      graph=c["graph"])
+    return HybridPlan(spec=spec, mode="training", batch=batch, seq_len=seq_len, dtype=dtype, path=PATH_TEXT,
+                      time_ms=t["time_ms"], time_band_ms=t["band_ms"],
+                      weights_bytes=weights, state_bytes=0, kv_cache_bytes=0, activation_bytes=activations,
+                      optimizer_bytes=opt, gradient_bytes=c["gradient_bytes"], workspace_bytes=workspace,
+                      context_bytes=context, total_bytes=total, verdict=verdict,
+                      detail={"peak_above_weights_bytes": c["graph_peak_bytes"], "allocator_replay_ran": ran,
+                              "replayed_peak_reserved_bytes": reserved, "failed_request_bytes": failed,
+                              "optimizer_step_bytes": c["optimizer_step_bytes"], "optimizer": optimizer,
+                              "recipe": "bf16-true" if es == 2 else "16-true"})
+
+
+def weights_bytes(spec: HybridSpec, es: int) -> int:
+    """Parameters and buffers in the model dtype (Falcon-H1's mup_vector), the rotary inv_freq in fp32."""
+    return spec.params * es + spec.buffer_elements * es + (spec.head_dim // 2 * F32 if spec.attention_layers else 0)
 
 
 def _allocator_replay(p: Trace, weights: int, workspace: int, capacity: int) -> tuple[bool, int, int]:

@@ -22,6 +22,7 @@ from estimator.model.vision_parts import (
     _state,
     _sub,
 )
+from estimator.model.vision_tokens import qwen_vl_windows
 
 
 def vlm_plan(req: VisionRequest, tokens: dict) -> VisionPlan:
@@ -37,8 +38,10 @@ def vlm_plan(req: VisionRequest, tokens: dict) -> VisionPlan:
     parts, towers = [], []
     if k:
         towers = _tower_plans(req, m, per_crop, b * k * crops * base.dp, frozen=not tower_trained)
+        windows = len(_windows(m, tokens))
         for i, (label, plan) in enumerate(towers):
-            extra = tower_block_extras_ms(m, plan, b * k * crops) * plan.inputs.model.layers
+            calls = b * k * crops * (windows if label.endswith("windowed blocks") else 1)
+            extra = tower_block_extras_ms(m, plan, calls) * plan.inputs.model.layers
             parts.append(Part(name=label, params=m.tower.params if i == 0 else 0, trainable=tower_trained,
                               plan=plan, tokens=nv, extra_ms=extra))
     tower_plan = towers[0][1] if towers else None
@@ -46,7 +49,8 @@ def vlm_plan(req: VisionRequest, tokens: dict) -> VisionPlan:
                       tokens=m.image_lm_tokens(nv, crops)))
     lm_plan = _sub(req, image_masked_lm(m, lm_len, k), lm_len, base.batch, frozen=False)
     parts.append(Part(name="language model", params=m.lm.params, trainable=lm_trained, plan=lm_plan, tokens=lm_len,
-                      saved_ms=frozen_weights_saving_ms(lm_plan) if training and not lm_trained else 0.0))
+                      saved_ms=frozen_weights_saving_ms(lm_plan) if training and not lm_trained else 0.0,
+                      extra_ms=image_mask_ms(m, k, b)))
     states = {p.name: _state(req, p.params, p.trainable) for p in parts}
     persistent = [(f"{p.name} weights", states[p.name][0]) for p in parts if p.params]
     optimizer = sum(s[2] for s in states.values())
@@ -108,6 +112,29 @@ def image_masked_lm(m: VisionLanguageSpec, lm_len: int, images: int) -> ModelSpe
     return replace(m.lm, window_per_layer=windows)
 
 
+# Gemma-3 with images builds its language model's two masks in create_masks_for_vision_model (transformers 5.17
+# gemma3/modeling_gemma3.py): the global layers' OR(causal, blockwise) mask from block_sequence_ids, and the sliding
+# layers' AND(sliding window, OR(causal, blockwise)) through or_mask_function / and_mask_function, which sets
+# use_vmap (masking_utils.create_causal_mask) so sdpa_mask builds it with four nested torch.vmap levels over
+# (batch, head, q, kv) under TransformGetItemToIndex: Python and functorch dispatch on the host, once per forward,
+# with the device idle (the mask is the first thing the language model needs). Measured on the H200 by
+# synchronising around the call (`python bench/bench_vision_parts.py --cases
+# validation/cases/h200_vision_parts_probe.csv`, validation/data/h200_vision_parts_probe.jsonl `mask_ms`): Gemma-3-4B,
+# batch 1 with 2,306 LM tokens 6.3 ms (6.2-6.8 over 5 reps), batch 2 with 1,028 tokens 10.2 ms (9.2-10.5): about 5.1-6.3
+# ms a sequence, whatever its length (the vmap's dispatch, not the mask's n² elements, sets it). Priced per sequence at
+# the mean of the two, so a batch-1 row is planned 0.6 ms under its measurement and a batch-2 row 1.2 ms over.
+GEMMA3_IMAGE_MASK_MS_PER_SEQUENCE = 5.7
+
+
+def image_mask_ms(m: VisionLanguageSpec, images: int, batch: int) -> float:
+    """Host time of the language model's mask construction beyond a text-only forward, once per forward (prefill
+    or training step): Gemma-3 with images GEMMA3_IMAGE_MASK_MS_PER_SEQUENCE x batch; PaliGemma's prefix mask is
+    built without a custom mask function (no vmap); the other families keep is_causal."""
+    if m.family != "gemma3" or images < 1:
+        return 0.0
+    return GEMMA3_IMAGE_MASK_MS_PER_SEQUENCE * max(1, batch)
+
+
 def _tower_plans(req: VisionRequest, m: VisionLanguageSpec, tokens: int, batch: int, *, frozen: bool):
     """[(part name, budget)] of the tower: one encoder over every block; Qwen2.5-VL's windowed blocks apart, as
     windows of (window_px / patch)² = 64 patches each (transformers 5.17 qwen2_5_vl/modeling_qwen2_5_vl.py:
@@ -126,6 +153,16 @@ def _tower_plans(req: VisionRequest, m: VisionLanguageSpec, tokens: int, batch: 
     windowed = replace(spec, layers=m.tower.layers - full, window_per_layer=None)
     out.append(("vision tower windowed blocks", _sub(req, windowed, w2, batch * windows, frozen=frozen)))
     return out
+
+
+def _windows(m: VisionLanguageSpec, tokens: dict) -> list[int]:
+    """Patches in each attention window of one image in Qwen2.5-VL's windowed blocks ([] for other towers):
+    estimator/model/vision_tokens.py qwen_vl_windows on the resized grid (tokens["image_size"])."""
+    if not m.tower.window_px:
+        return []
+    h, w = (tokens.get("image_size") or [0, 0])[:2]
+    p = m.tower.patch
+    return qwen_vl_windows(h // p, w // p, m.tower.merge, m.tower.window_px, p)
 
 
 def _tower_inference_act(m: VisionLanguageSpec, plan: Plan, rows: int, es: int) -> int:
@@ -230,16 +267,20 @@ def frozen_weights_saving_ms(plan: Plan) -> float:
 QWEN_ROTARY_KERNELS = 18
 
 
-def tower_block_extras_ms(m: VisionLanguageSpec, plan: Plan, images: int) -> float:
+def tower_block_extras_ms(m: VisionLanguageSpec, plan: Plan, calls: int) -> float:
     """What one tower block runs beyond the encoder layer its plan prices, at the measured memory-bound kernel
     rates and, on the host, DECODE_KERNEL_HOST_MS per kernel (estimator/model/step_time.py):
     - QuickGELU (CLIP, Qwen2-VL: x * sigmoid(1.702 x)): two more elementwise passes over fc1's output;
     - Qwen's fp32 rotation of q and k (QWEN_ROTARY_KERNELS kernels; fp32 passes over q and k: two casts up, the
       half-slices and their cat, two products and a sum, two casts down);
     - Qwen without flash-attention's varlen kernel: VisionAttention splits q, k, v at cu_seqlens
-      (lengths.tolist(): a device sync every block) and calls SDPA once per image, then concatenates the outputs
-      (one copy) - per image a launch and its Python.
-    Training (the tower trained): each elementwise pass's backward is BACKWARD_MEMORY_FACTOR passes.
+      (lengths.tolist(): a device sync every block) and calls the attention once per sequence, then concatenates
+      the outputs (one copy) - per call its launch, the output's transpose copy and their Python. `calls` is the
+      sequences of one block: the images (Qwen2-VL, Qwen2.5-VL's full-attention blocks) or, in Qwen2.5-VL's
+      windowed blocks, every window of every image (cu_window_seqlens: qwen2_5_vl/modeling_qwen2_5_vl.py
+      Qwen2_5_VLVisionAttention.forward, the `else` branch for sdpa and eager).
+    Training (the tower trained): each elementwise pass's backward is BACKWARD_MEMORY_FACTOR passes, and the
+    per-sequence calls' host dispatch is paid twice (forward and backward node).
     Returns ms per block: the GPU time or the host's dispatch, whichever is longer."""
     from estimator.model.calibration import load_constants
     from estimator.model.kernel_prices import Kernels
@@ -263,10 +304,15 @@ def tower_block_extras_ms(m: VisionLanguageSpec, plan: Plan, images: int) -> flo
             g, _ = kern.mem_ms(op, e, dtype)
             gpu += n * g / 2  # n passes over q and k together: n / 2 each
         kernels += QWEN_ROTARY_KERNELS
+    per_call = 0
     if t.kind in ("qwen2_vl", "qwen2_5_vl") and inp.backend != "flash-attn":
         g, kn = kern.mem_ms("copy", rows * t.hidden, dt)
         gpu += g
-        kernels += kn + 3 * max(1, images)  # the split views and one SDPA launch per image
+        per_call = 3 * max(1, calls)  # one attention call per sequence: its launch, the output's copy, the Python
+        kernels += kn + per_call
     if training:
         gpu *= 1 + BACKWARD_MEMORY_FACTOR
-    return max(gpu, kernels * DECODE_KERNEL_HOST_MS) if not training else gpu + kernels * 0.0
+        # a training block's host time is its layer's LAYER_PYTHON_MS (estimator/model/step_time.py), except the
+        # per-sequence attention calls: each is recorded in the forward and runs its own backward node
+        return max(gpu, 2 * per_call * DECODE_KERNEL_HOST_MS)
+    return max(gpu, kernels * DECODE_KERNEL_HOST_MS)

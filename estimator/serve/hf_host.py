@@ -13,23 +13,35 @@ source (paths under transformers/generation/continuous_batching/):
   over min(past, window - 1) cached tokens) and copied to the device with `torch.tensor(list)` (per element);
   the write indices, input ids and positions per new token and group. Read indices exist only when some request
   in the batch has cached tokens (input_outputs.py: `read_index = None` when max_kv_read is 0).
-- forward: every kernel is launched from eager Python; the measured steps say the GPU work does not overlap the
-  launches (the forward's wall time is the launches plus the priced GPU time: a least-squares fit with both free
-  gives 1.03 x the GPU time), so the forward costs `kernels x LAUNCH + GPU`.
+- forward: every kernel is launched from eager Python while the GPU runs the ones already queued, so the
+  forward takes max(GPU, kernels x LAUNCH); and where a layer type's packed attention call has a (Q, K) the process
+  has not run, SDPA on cuDNN first builds that execution graph on the host (aten/src/ATen/native/cudnn/MHA.cpp,
+  torch 2.11: a per-process graph cache keyed by shapes and strides; estimator/serve/step_cost.py
+  `StepPricer.graph_keys`), GRAPH_BUILD each, with the GPU idle behind it. Q and K change nearly every step, so
+  nearly every step builds one graph per layer type; steps that repeat an earlier shape (block-starved offline
+  runs whose rounds of identical requests repeat the same batches) do not, which is why those runs ran at two
+  speeds (25-35 ms and 63-100 ms for the same batch). Measured inside the engine (`python -m
+  validation.serving.sdpa_probe`, validation/data/h200_serve_sdpa_probe_calls.csv and
+  h200_serve_sdpa_probe_steps.csv: every SDPA call of llama-3.1-8b cut to 20 layers timed): the first call of a
+  step took 37.5 ms median on the host, the other 19 together 1.1 ms; with cuDNN SDPA disabled the same engine's
+  decode steps ran 16.3 ms, 17.9 us a launched kernel, with the priced GPU time (7.4 ms) hidden behind the launches.
 - update (`update_batch`): per scheduled request a Python loop body.
 
 Fitted (least squares in ms) by `python -m validation.serving.fit` (its docstring has the command) on H200 steps:
 the phases of validation/data/h200_serve_fit2_steps.csv (validation/serving/engine.py `_instrument` times each
 phase inside the engine) fix PREPARE_* and UPDATE_*; the forward of those steps and, for the steps of
 validation/data/h200_serve_fit_steps.csv, h200_serve_heldout_steps.csv and h200_serve_heldout2_steps.csv, the step
-minus the fitted prepare and update, fix STEP_BASE and LAUNCH (28 runs, each weighing the same). STEP_BASE has no
-attributed mechanism (docs/serving.md says what was seen); fitted on the two FIT sets alone it is 9.9 ms.
+minus the fitted prepare and update, fix LAUNCH and GRAPH_BUILD (28 runs, each weighing the same). LAUNCH comes out
+19.2 us, as the probe's 17.9 us and the block-starved runs' repeated-shape steps (~21 us); GRAPH_BUILD comes out
+76 ms, against 37.5 ms in the probe's engine and 40.9 ms for a bare call (estimator/model/step_time.py
+CUDNN_GRAPH_BUILD_MS): the build is host CPU work whose time varied between the measuring sessions (the five
+sessions' runs imply 40-95 ms a build), and the fit takes their average; that spread is the time band's main part.
 Unit costs measured directly on the same machine (`python -m validation.serving.host_probe`,
 validation/data/h200_serve_host_probe.csv) agree in size: a sliding read 103 ns a token, a full read 12 ns a
 token, list-to-tensor 63 ns an element, a mask 29 us (full) and 45 us (sliding) a request.
 
-API: `HostShape`, `host_shape(...)`, `prepare_ms(shape)`, `update_ms(shape)`, `forward_ms(gpu_ms, kernels)`,
-`step_ms(shape, gpu_ms, kernels)`.
+API: `HostShape`, `host_shape(...)`, `prepare_ms(shape)`, `update_ms(shape)`, `forward_ms(gpu_ms, kernels,
+new_graphs=0)`, `step_ms(shape, gpu_ms, kernels, new_graphs=0)`.
 """
 
 from __future__ import annotations
@@ -45,8 +57,8 @@ HF_CB_READ_SLIDING_PER_TOKEN_MS = 0.0002184
 HF_CB_WRITE_PER_TOKEN_MS = 0.0004276
 HF_CB_UPDATE_BASE_MS = 0.05984
 HF_CB_UPDATE_PER_REQUEST_MS = 0.007225
-HF_CB_STEP_BASE_MS = 25.36
-HF_CB_LAUNCH_MS = 0.03247
+HF_CB_LAUNCH_MS = 0.01916
+HF_CB_GRAPH_BUILD_MS = 76.11
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,10 +105,13 @@ def update_ms(s: HostShape) -> float:
     return HF_CB_UPDATE_BASE_MS + HF_CB_UPDATE_PER_REQUEST_MS * s.requests
 
 
-def forward_ms(gpu_ms: float, kernels: int) -> float:
-    return HF_CB_STEP_BASE_MS + HF_CB_LAUNCH_MS * kernels + gpu_ms
+def forward_ms(gpu_ms: float, kernels: int, new_graphs: int = 0) -> float:
+    """The forward's wall ms: the host launching `kernels` while the GPU runs them (whichever is longer), plus the
+    cuDNN graphs built on the host before their layer's attention can launch."""
+    return max(gpu_ms, HF_CB_LAUNCH_MS * kernels) + HF_CB_GRAPH_BUILD_MS * new_graphs
 
 
-def step_ms(s: HostShape, gpu_ms: float, kernels: int) -> float:
-    """Wall ms of one hf-cb step: prepare + forward + update (the module docstring)."""
-    return prepare_ms(s) + forward_ms(gpu_ms, kernels) + update_ms(s)
+def step_ms(s: HostShape, gpu_ms: float, kernels: int, new_graphs: int = 0) -> float:
+    """Wall ms of one hf-cb step: prepare + forward + update (the module docstring); `new_graphs`: cuDNN graphs
+    the step's attention builds (estimator/serve/step_cost.py `StepPricer.graph_keys`)."""
+    return prepare_ms(s) + forward_ms(gpu_ms, kernels, new_graphs) + update_ms(s)

@@ -84,6 +84,7 @@ def simulate(workload: Workload, memory: EngineMemory, pricer: StepPricer, confi
     keep_every = 1  # the timeline keeps one step in keep_every (doubled whenever it grows past 4x its size)
     comp, targ, gen = pool.comp, pool.targ, pool.gen
     window = pricer.window if pricer.sliding_layers else 0
+    graphs: set = set()  # the cuDNN graphs the engine's process has built (hf-cb: step_cost.StepPricer.graph_keys)
     while done < n:
         if time_budget_s is not None and steps % 256 == 0 and time.monotonic() - started > time_budget_s:
             raise ValueError(f"requests: simulating {n:,} requests took more than {time_budget_s:g} s "
@@ -129,8 +130,13 @@ def simulate(workload: Workload, memory: EngineMemory, pricer: StepPricer, confi
         if window:  # sliding layers read at most window - 1 cached tokens a request
             win_dec = int(np.minimum(dec_comp, window - 1).sum())
             win_masked = win_dec + int(np.minimum(pre_comp, window - 1).sum()) + q
+        new_graphs = 0
+        if pricer.graph_builds:
+            keys = pricer.graph_keys(q, masked_kv, win_masked)
+            new_graphs = sum(1 for k in keys if k not in graphs)
+            graphs.update(keys)
         dt = pricer.step_ms(q, rows, decode_kv, chunks, masked_kv, win_dec, win_masked,
-                            requests=len(dec) + len(pre)) / 1e3
+                            requests=len(dec) + len(pre), new_graphs=new_graphs) / 1e3
         t += dt
         busy += dt
         steps += 1

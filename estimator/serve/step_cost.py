@@ -21,8 +21,10 @@ per octave; queries rounded up, keys interpolated linearly) in one columnar pass
 
 API (stable): `StepPricer(inputs, memory, cuda_graphs=)`, `.step_parts(q_tokens, logit_rows, decode_kv_tokens,
 prefill_chunks, masked_kv_tokens=0, decode_window_kv_tokens=None, masked_window_kv_tokens=None)` -> (GPU ms,
-kernels launched, K), `.step_ms(` the same `, *, requests=0, overhead=True)`; `.window`, `.full_layers`,
-`.sliding_layers`, `.masked` (hf-cb's packed masked call), `.attn_backend`.
+kernels launched, K), `.step_ms(` the same `, *, requests=0, new_graphs=0, overhead=True)`,
+`.graph_keys(q_tokens, masked_kv_tokens, masked_window_kv_tokens=None)` (the cuDNN graphs an hf-cb step needs);
+`.window`, `.full_layers`, `.sliding_layers`, `.masked` (hf-cb's packed masked call), `.attn_backend`,
+`.graph_builds` (that call runs on cuDNN).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from estimator.call.attention import estimate_columns
+from estimator.call.attention import estimate_call, estimate_columns
 from estimator.call.config import AttentionCall
 from estimator.call.shapes import Calls, cdiv
 from estimator.hardware import get_gpu
@@ -147,6 +149,42 @@ class StepPricer:
         self.window = max((w for w in windows if w is not None), default=0)
         self.sliding_layers = sum(1 for w in windows if w is not None)
         self.full_layers = m.layers - self.sliding_layers
+        # hf-cb's packed masked call on cuDNN: one graph build per shape the process has not run (graph_keys)
+        self.graph_builds = self.masked and not cuda_graphs and self._masked_backend() == "cudnn"
+
+    def _masked_backend(self) -> str:
+        """The backend SDPA picks for hf-cb's packed masked call (a representative one: 16 queries, 1024 keys; the
+        estimator's choice for this model's heads, head_dim and dtype)."""
+        call = AttentionCall(batch=1, q_heads=self.hq, kv_heads=self.hq, head_dim=self.inputs.model.head_dim,
+                             q_len=16, kv_len=1024, dtype=self.dtype, mask="bool", mode="forward",
+                             backend=self.attn_backend)
+        try:
+            est = estimate_call(call, self.gpu, self.inputs.torch_version)
+        except ValueError:
+            return ""
+        return est.selected_backend if est.supported else ""
+
+    def graph_keys(self, q_tokens: int, masked_kv_tokens: int,
+                   masked_window_kv_tokens: int | None = None) -> tuple[tuple[int, int], ...]:
+        """The cuDNN graphs an hf-cb step's attention needs: one (Q, K) per layer type (full: K = the packed keys,
+        sliding: K = the window-capped keys), one when both are equal; () when the call does not run on cuDNN.
+
+        PyTorch keeps one cuDNN execution graph per distinct call (aten/src/ATen/native/cudnn/MHA.cpp, torch 2.11:
+        MHAGraphCache keyed by b, h, s_q, s_kv, d and the strides of q, k, v, o and the bias, never evicted), and
+        builds one, host time, the first time a key is called. transformers 5.17 `paged|sdpa` calls SDPA once per
+        layer on (1, heads, Q, d) queries, (1, heads, K, d) keys and values and the `[..., :Q, :K]` slice of the
+        engine's static bias (input_outputs.py `_setup_static_tensors`, `get_model_kwargs`): within one engine (its
+        pool fixes the bias strides) a graph is new exactly when (Q, K) is. A key length of 1 runs on the efficient
+        kernel (estimator/call/backends.py), not cuDNN."""
+        if not self.graph_builds or q_tokens <= 0:
+            return ()
+        keys = set()
+        if self.full_layers:
+            keys.add((q_tokens, max(masked_kv_tokens, q_tokens)))
+        if self.sliding_layers:
+            win = masked_kv_tokens if masked_window_kv_tokens is None else masked_window_kv_tokens
+            keys.add((q_tokens, max(win, q_tokens)))
+        return tuple(sorted(k for k in keys if k[1] > 1))
 
     # --- the parts, memoised on the grid
     def _linear_part(self, tokens: int, rows: int) -> tuple[float, float, int]:
@@ -258,15 +296,16 @@ class StepPricer:
     def step_ms(self, q_tokens: int, logit_rows: int, decode_kv_tokens: int,
                 prefill_chunks: list[tuple[int, int]], masked_kv_tokens: int = 0,
                 decode_window_kv_tokens: int | None = None, masked_window_kv_tokens: int | None = None, *,
-                requests: int = 0, overhead: bool = True) -> float:
+                requests: int = 0, new_graphs: int = 0, overhead: bool = True) -> float:
         """Wall ms of one step: `q_tokens` new tokens in the forward, `logit_rows` of them produce a token,
         decode rows read `decode_kv_tokens` cached tokens in all, `prefill_chunks` are (chunk tokens, cached tokens
         before the chunk); for hf-cb's masked path `masked_kv_tokens` is the K of its one packed call. Sliding-window
         layers read at most window - 1 cached tokens a request: `decode_window_kv_tokens` and
         `masked_window_kv_tokens` are those sums (None: the same as the full ones, no sliding layers). An hf-cb step
-        (without CUDA graphs) is estimator/serve/hf_host.py's prepare + launches + GPU + update for `requests`
-        scheduled requests (`overhead=False`: the GPU ms alone, as validation/serving/fit.py prices measured
-        steps to fit the host terms)."""
+        (without CUDA graphs) is estimator/serve/hf_host.py's prepare + forward + update for `requests`
+        scheduled requests, the forward with `new_graphs` cuDNN graph builds (the step's `graph_keys` the engine's
+        process had not run; the caller keeps that set) (`overhead=False`: the GPU ms alone, as
+        validation/serving/fit.py prices measured steps to fit the host terms)."""
         if q_tokens <= 0:
             return 0.0
         gpu_ms, kernels, K = self.step_parts(q_tokens, logit_rows, decode_kv_tokens, prefill_chunks,
@@ -282,6 +321,6 @@ class StepPricer:
             shape = hf_host.host_shape(requests=requests, q_tokens=q_tokens, cached_tokens=cached,
                                        window_cached_tokens=window_cached, full_groups=self.memory.full_groups,
                                        sliding_groups=self.memory.sliding_groups, masked=self.masked)
-            return hf_host.step_ms(shape, gpu_ms, kernels)
+            return hf_host.step_ms(shape, gpu_ms, kernels, new_graphs)
         host = kernels * DECODE_KERNEL_HOST_MS
         return max(gpu_ms, host) + DECODE_MODEL_PYTHON_MS + self.sync_ms

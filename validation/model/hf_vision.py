@@ -61,6 +61,24 @@ VISION_FAMILIES: dict[str, dict] = {
                           "hidden_size": 1536, "hidden_act": "quick_gelu", "patch_size": 14, "spatial_merge_size": 2,
                           "temporal_patch_size": 2},
     },
+    # https://huggingface.co/Qwen/Qwen2.5-VL-3B-Instruct/blob/main/config.json (text fields under text_config, as
+    # transformers 5.17's Qwen2_5_VLConfig nests them; vision_config as published: windows of 112 px, four
+    # full-attention blocks)
+    "qwen2.5-vl-3b": {
+        "model_type": "qwen2_5_vl", "image_token_id": 151655, "video_token_id": 151656,
+        "vision_start_token_id": 151652, "vision_end_token_id": 151653, "tie_word_embeddings": True,
+        "text_config": {"model_type": "qwen2_5_vl_text", "hidden_size": 2048, "intermediate_size": 11008,
+                        "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 2,
+                        "hidden_act": "silu", "max_position_embeddings": 128000, "rms_norm_eps": 1e-06,
+                        "rope_theta": 1000000.0, "vocab_size": 151936, "tie_word_embeddings": True,
+                        "use_sliding_window": False, "sliding_window": 32768, "max_window_layers": 70,
+                        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}},
+        "vision_config": {"depth": 32, "hidden_act": "silu", "hidden_size": 1280, "intermediate_size": 3420,
+                          "num_heads": 16, "in_chans": 3, "out_hidden_size": 2048, "patch_size": 14,
+                          "spatial_merge_size": 2, "spatial_patch_size": 14, "window_size": 112,
+                          "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2,
+                          "temporal_patch_size": 2},
+    },
     # https://huggingface.co/llava-hf/llava-1.5-7b-hf/blob/main/config.json
     "llava-1.5-7b": {
         "model_type": "llava", "image_token_index": 32000, "projector_hidden_act": "gelu",
@@ -105,6 +123,11 @@ _TINY = {
                                  "num_key_value_heads": 2, "rope_scaling": {"type": "mrope",
                                                                             "mrope_section": [2, 3, 3]}},
                  "vision_config": {"depth": 2, "embed_dim": 32, "num_heads": 2, "hidden_size": 64}},
+    "qwen2_5_vl": {"text_config": {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+                                   "num_key_value_heads": 2, "rope_scaling": {"type": "mrope",
+                                                                              "mrope_section": [2, 3, 3]}},
+                   "vision_config": {"depth": 4, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
+                                     "out_hidden_size": 64, "fullatt_block_indexes": [1, 3]}},
     "llava": {"text_config": {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
                               "num_key_value_heads": 4},
               "vision_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3,
@@ -184,12 +207,14 @@ def build(cfg: dict, attn_implementation: str, dtype):
         Gemma3ForConditionalGeneration,
         LlavaForConditionalGeneration,
         PaliGemmaForConditionalGeneration,
+        Qwen2_5_VLForConditionalGeneration,
         Qwen2VLForConditionalGeneration,
     )
 
     hf = to_hf_config(cfg)
     cls = {"vit": AutoModelForImageClassification, "swin": AutoModelForImageClassification,
-           "qwen2_vl": Qwen2VLForConditionalGeneration, "llava": LlavaForConditionalGeneration,
+           "qwen2_vl": Qwen2VLForConditionalGeneration,
+           "qwen2_5_vl": Qwen2_5_VLForConditionalGeneration, "llava": LlavaForConditionalGeneration,
            "gemma3": Gemma3ForConditionalGeneration, "paligemma": PaliGemmaForConditionalGeneration}[cfg["model_type"]]
     if cls is AutoModelForImageClassification:
         return cls.from_config(hf, attn_implementation=attn_implementation, dtype=dtype)
@@ -245,7 +270,7 @@ def tokens(cfg: dict, case: dict) -> tuple[int, int]:
     if mt == "swin":
         p = cfg["patch_size"]
         return -(-hw[0] // p) * -(-hw[1] // p), 0
-    if mt == "qwen2_vl":
+    if mt in ("qwen2_vl", "qwen2_5_vl"):
         gh, gw = _qwen_grid(cfg, hw)
         m = cfg["vision_config"]["spatial_merge_size"]
         return gh * gw, case["seq_len"] + images * (gh * gw // (m * m) + 2)  # + vision_start / vision_end
@@ -276,7 +301,7 @@ def make_inputs(model, cfg: dict, case: dict, dev, train: bool) -> dict:
     images = int(case.get("images") or 1)
     text = case["seq_len"]
     vocab = cfg["text_config"]["vocab_size"]
-    if mt == "qwen2_vl":
+    if mt in ("qwen2_vl", "qwen2_5_vl"):
         gh, gw = _qwen_grid(cfg, hw)
         v = cfg["vision_config"]
         m, p, t = v["spatial_merge_size"], v["patch_size"], v["temporal_patch_size"]

@@ -18,8 +18,9 @@ prepare and update are fitted by least squares on their own columns (hf_host.py 
                  + write * Q * groups
     update_ms  = base + per_request * R
 
-and the forward beyond its priced GPU work as `forward_ms - GPU ms = STEP_BASE + LAUNCH * kernels` (least
-squares, each run weighing the same whatever its step count; STEP_BASE >= 0), over
+and the forward as `forward_ms = max(GPU ms, LAUNCH * kernels) + GRAPH_BUILD * new graphs` (least squares, each run
+weighing the same whatever its step count: GRAPH_BUILD solved for each LAUNCH on a grid; `mark_new_graphs` counts
+the cuDNN graphs a step built), over
 the phased steps' forward and, for steps without phases, the step minus the fitted prepare and update. Read-index
 elements come from the CSV where it has them (`read_full_tokens`, `read_sliding_tokens`, measured), else from
 the step's cached tokens (`max_kv_read`) for the run's groups. The numbers are printed in the form hf_host.py
@@ -106,6 +107,47 @@ def price_step(pricer, step: dict) -> None:
     step["shape"] = shape
 
 
+def mark_new_graphs(rows: list[dict], pricers: dict, shared_process: bool) -> None:
+    """Set step["new_graphs"]: the cuDNN graphs the step's attention built (step_cost.StepPricer.graph_keys not
+    run before in the process), walking the steps in the order measured. One engine's graphs are keyed by its pool
+    too (the bias strides), so runs in one process (`shared_process`) share them only at the same model, block
+    count and max batch tokens; with --fresh-process every run starts empty."""
+    seen: dict = {}
+    last = None
+    for r in rows:
+        args, pricer = pricers[r["run"]]
+        if r["run"] != last and not shared_process:
+            seen = {}
+        last = r["run"]
+        mem = pricer.memory
+        built = seen.setdefault((args.family, args.layers, mem.num_blocks, mem.max_batch_tokens), set())
+        q, kv = r["q_tokens"], r["max_kv_read"]
+        window_k = None
+        if pricer.sliding_layers:
+            if r.get("phased") and kv and mem.sliding_groups:  # the engine's own sliding read length
+                window_k = r["read_sliding_tokens"] // mem.sliding_groups
+            else:
+                window_k = min(kv, (pricer.window - 1) * r["requests"]) + q
+        keys = pricer.graph_keys(q, kv + q, window_k)
+        r["new_graphs"] = sum(1 for k in keys if k not in built)
+        built.update(keys)
+
+
+def shared_process(steps_path: str) -> bool:
+    """Whether the runs of a steps CSV shared one process: its .meta.json's command lacks --fresh-process."""
+    import json
+    import os
+
+    meta = steps_path + ".meta.json"
+    if not os.path.exists(meta):
+        summary = steps_path.replace("_steps.csv", ".csv") + ".meta.json"
+        meta = summary if os.path.exists(summary) else None
+    if meta is None:
+        return True
+    with open(meta) as fh:
+        return "--fresh-process" not in json.load(fh).get("command", "")
+
+
 def _prepare_row(s) -> list[float]:
     return [1.0, s.requests, s.requests * s.full_mask, s.requests * s.sliding_mask, s.read_full_tokens,
             s.read_sliding_tokens, s.q_tokens * s.groups]
@@ -129,28 +171,35 @@ def fit_host(rows: list[dict]) -> dict:
     per_run: dict = {}
     for r in rows:
         per_run[r["run"]] = per_run.get(r["run"], 0) + 1
-    X, y = [], []
-    for r in rows:  # each run weighs the same (a run of many short steps does not outvote the others)
-        w = (1.0 / per_run[r["run"]]) ** 0.5
-        if r.get("phased"):
-            forward = r["forward_ms"]
-        else:
-            forward = (r["duration_ms"] - sum(c * x for c, x in zip(prep, _prepare_row(r["shape"]), strict=True))
-                       - upd[0] - upd[1] * r["shape"].requests)
-        X.append([w, w * r["kernels"]])
-        y.append(w * (forward - r["gpu_ms"]))
-    base, launch = _lstsq(X, y)
-    if base < 0:  # non-negative: a step cannot cost less than its launches
-        base, launch = 0.0, _lstsq([[x[1]] for x in X], y)[0]
-    out["STEP_BASE_MS"], out["LAUNCH_MS"] = base, launch
+    import numpy as np
+
+    w = np.array([(1.0 / per_run[r["run"]]) ** 0.5 for r in rows])  # each run weighs the same
+    forward = np.array([r["forward_ms"] if r.get("phased") else
+                        (r["duration_ms"] - sum(c * x for c, x in zip(prep, _prepare_row(r["shape"]), strict=True))
+                         - upd[0] - upd[1] * r["shape"].requests) for r in rows])
+    gpu = np.array([r["gpu_ms"] for r in rows])
+    kernels = np.array([r["kernels"] for r in rows], dtype=float)
+    new = np.array([r.get("new_graphs", 0) for r in rows], dtype=float)
+
+    def solve(launch):  # the build cost by least squares for a given launch cost (>= 0), and the squared error
+        rest = forward - np.maximum(gpu, launch * kernels)
+        den = float(np.sum((w * new) ** 2))
+        build = max(0.0, float(np.sum(w * new * w * rest)) / den) if den else 0.0
+        return build, float(np.sum((w * (rest - build * new)) ** 2))
+
+    grid = np.arange(1e-3, 0.1, 1e-4)
+    best = min(grid, key=lambda x: solve(x)[1])
+    fine = np.arange(max(1e-4, best - 2e-4), best + 2e-4, 1e-6)
+    launch = float(min(fine, key=lambda x: solve(x)[1]))
+    out["LAUNCH_MS"], out["GRAPH_BUILD_MS"] = launch, solve(launch)[0]
     return out
 
 
 def model_ms(fit: dict, r: dict) -> float:
     s = r["shape"]
     prep = sum(fit[c] * x for c, x in zip(PREPARE_COLUMNS, _prepare_row(s), strict=True))
-    return (prep + fit["UPDATE_BASE_MS"] + fit["UPDATE_PER_REQUEST_MS"] * s.requests + fit["STEP_BASE_MS"]
-            + fit["LAUNCH_MS"] * r["kernels"] + r["gpu_ms"])
+    return (prep + fit["UPDATE_BASE_MS"] + fit["UPDATE_PER_REQUEST_MS"] * s.requests
+            + max(r["gpu_ms"], fit["LAUNCH_MS"] * r["kernels"]) + fit["GRAPH_BUILD_MS"] * r.get("new_graphs", 0))
 
 
 def main(argv=None) -> int:
@@ -172,6 +221,7 @@ def main(argv=None) -> int:
                 raise ValueError(f"--steps: runs {', '.join(missing)} are not in {cases}")
             for r in mine:
                 price_step(pricers[r["run"]][1], r)
+            mark_new_graphs(mine, pricers, shared_process(steps))
             rows += mine
         fit = fit_host(rows)
     except (ValueError, OSError) as exc:

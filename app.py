@@ -4,7 +4,14 @@ Thin pages over the estimator, the advisor and validation (no logic in the pages
 its widgets, builds a config (a ValueError becomes st.error), calls the estimator and renders.
 """
 
+import sys
+
 import streamlit as st
+
+# The server's sender thread waits for the interpreter lock once per message it sends while a page's script computes;
+# at Python's default switch interval (5 ms, `sys.getswitchinterval()`) a re-run's first elements left the server
+# ~5 ms apart. 0.5 ms lets them leave as they are made (docs/speed.md: the re-run in Chromium).
+sys.setswitchinterval(0.0005)
 
 st.set_page_config(page_title="Attention capacity planner", page_icon="🧮", layout="wide")
 

@@ -69,15 +69,18 @@ def rerun_ms(ns=(4096, 16384, 32768, 65536, 131072, 10000, 20000, 50000)) -> dic
 # In the page: click Plan, then resolve with the ms until the budget's total shows `expected` (what the user waits
 # for) and until the re-run has settled (that, and no element of the previous run left stale). A MutationObserver
 # timestamps the DOM changes as they happen: no polling interval in the figure.
+# The total is read as its value element's text (textContent: no layout forced on each change, and "2.34 GiB" is not
+# taken for "12.34 GiB").
 RERUN_JS = """([expected, timeoutMs]) => new Promise((resolve, reject) => {
   const total = () => [...document.querySelectorAll('[data-testid="stMetric"]')]
-      .find(e => e.innerText.includes('total per GPU'));
+      .find(e => e.textContent.includes('total per GPU'));
   const button = [...document.querySelectorAll('button')].find(b => b.innerText.trim() === 'Plan');
   let shown = null;
   const t0 = performance.now();
   const check = () => {
     const el = total();
-    if (shown === null && el && el.innerText.includes(expected)) shown = performance.now() - t0;
+    const value = el && el.querySelector('[data-testid="stMetricValue"]');
+    if (shown === null && value && value.textContent.trim() === expected) shown = performance.now() - t0;
     if (shown !== null && !document.querySelector('[data-stale="true"]')
         && !document.querySelector('[data-testid="stStatusWidget"] [data-testid="stStatusWidgetRunningIcon"]')) {
       obs.disconnect(); clearInterval(tick); resolve([shown, performance.now() - t0]);

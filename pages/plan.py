@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from functools import partial
 
 import streamlit as st
@@ -18,6 +19,7 @@ from ui.text import duration, human, md, one_line
 from ui.tree_graph import tree_dot
 
 PREFIX = "plan_"
+HEADLINE_FLUSH_S = 0.004  # see the sleep after the headline below (docs/speed.md)
 SOURCE_LABELS = {"preset": "Preset", "custom": "Custom architecture", "hf-config": "Hugging Face config.json"}
 
 
@@ -56,89 +58,144 @@ def show_advice(items) -> None:
                               f"{gib_text(item.bytes_after)}"))
 
 
-st.title("Plan a model")
-top = st.container()  # warnings and errors, then the verdict and headline numbers: above the form
-verdict_box = st.container(key="plan_verdict")  # sticky (VERDICT_CSS): still in view after scrolling to Plan
-heads = st.container()
-# The verdict stays at the top of the view while the page scrolls (the form's Plan button is below the fold at
-# 1280x720, and a re-run keeps the scroll position). Static CSS, no user text.
-st.html("<style>div:has(> .st-key-plan_verdict){position:sticky;top:3.75rem;z-index:990;"
-        "background-color:var(--background-color, #fff);}</style>")  # the keyed block's wrapper is the flex item
-
-presets = [*PRESETS, *VISION_PRESETS, *HYBRID_PRESET_CONFIGS]
-url_values, url_errors = state.values_from_query(st.query_params, presets=tuple(presets))
-for message in url_errors:
-    top.warning(md(message))
-forms.seed_state(PREFIX, url_values)
-pick = st.columns([2, 3])
-with pick[0]:
-    source = st.radio("Model from", state.MODEL_SOURCES, key=f"{PREFIX}source", horizontal=True,
-                      format_func=SOURCE_LABELS.get)
-with pick[1]:
-    if source == "preset":
-        forms.preset_select(PREFIX, presets)
-submitted, uploaded = forms.plan_form(PREFIX, presets, source)
-values = forms.read_values(PREFIX, state.PLAN_DEFAULTS)
-
-# --- a state-space / hybrid model (mamba2, falcon_h1, bamba): its own plan on the torch fallback -----------------
-try:
-    hybrid = hybrid_view.hybrid_model(values, uploaded)
-    if hybrid is not None:
-        state.check_form_values({k: v for k, v in values.items() if k not in state.ARCH_FIELDS})
-        hybrid_view.render(top, hybrid, values)
-except ValueError as exc:
-    top.error(md(f"Cannot plan this: {one_line(exc)}"))
-    st.stop()
-if hybrid is not None:
-    st.query_params.from_dict(state.query_from_values(values))
-    forms.save_values(PREFIX, {k: v for k, v in values.items() if k in state.PLAN_DEFAULTS})
-    st.stop()
-
-# --- images: a Swin or vision-language model is planned tower by tower (tokens per modality first) -------------
-try:
-    image_model = vision_view.image_model(values, uploaded)
-    if image_model is not None:
-        state.check_form_values({k: v for k, v in values.items() if k not in state.ARCH_FIELDS})
-        vision_view.render(top, image_model, values)
-except ValueError as exc:
-    top.error(md(f"Cannot plan this: {one_line(exc)}"))
-    st.stop()
-if image_model is not None:
-    st.query_params.from_dict(state.query_from_values(values))
-    forms.save_values(PREFIX, {k: v for k, v in values.items() if k in state.PLAN_DEFAULTS})
-    st.stop()
-
-config_spec = None
-try:
-    if source == "hf-config":
+def text_inputs(values: dict, uploaded):
+    """(inputs, config spec or None, caption or None) of a text model's form values; None when the form still
+    needs a config.json; ValueError naming the field when the values cannot be planned."""
+    config_spec = None
+    if values.get("source") == "hf-config":
         if uploaded is None:
-            top.info("Upload a Hugging Face `config.json` in the form and press **Plan**.")
-            st.stop()
+            return None
         config_spec = uploads.config_spec(uploaded)
         values.update(state.arch_values(config_spec))
     state.check_form_values(values)
     inputs = state.plan_inputs(values, config_spec)
+    caption = None
     vit_n = vision_view.vit_tokens(values, inputs.model)  # a ViT at an image size: n comes from the image
     if vit_n is not None:
         from dataclasses import replace as _replace
 
         inputs = _replace(inputs, seq_len=vit_n, batch=inputs.batch * max(1, int(values.get("images", 1))))
-        top.caption(md(f"tokens: vision encoder {vit_n:,} per image ({values['image_size']} px, patch "
-                       f"{inputs.model.patch_size}: (H//p)·(W//p) + 1 class token)"))
-    plan = cached.budget(inputs)  # the solvers (largest n and batch) run last, below
+        caption = (f"tokens: vision encoder {vit_n:,} per image ({values['image_size']} px, patch "
+                   f"{inputs.model.patch_size}: (H//p)·(W//p) + 1 class token)")
+    return inputs, config_spec, caption
+
+
+# The plan is computed before anything is drawn, and the verdict and headline numbers are written before the form:
+# a re-run then reaches the browser as one burst with the new numbers in it, ahead of the form's widgets (each
+# burst of elements costs the browser a re-render of the page: docs/speed.md). The form's values as last
+# submitted (and the other widgets' values) are in the session state before their widgets are drawn.
+presets = [*PRESETS, *VISION_PRESETS, *HYBRID_PRESET_CONFIGS]
+url_values, url_errors = state.values_from_query(st.query_params, presets=tuple(presets))
+forms.seed_state(PREFIX, url_values)
+values = forms.read_values(PREFIX, state.PLAN_DEFAULTS)
+source = values.get("source", "preset")  # the "Model from" radio's value, drawn below
+uploaded = st.session_state.get(f"{PREFIX}config_file") if source == "hf-config" else None
+hybrid = image_model = prepared = plan = problem = None
+try:
+    hybrid = hybrid_view.hybrid_model(values, uploaded)
+    if hybrid is None:
+        image_model = vision_view.image_model(values, uploaded)
+    if hybrid is None and image_model is None:
+        prepared = text_inputs(values, uploaded)
+        if prepared is not None:
+            plan = cached.budget(prepared[0])  # the solvers (largest n and batch) run after the verdict, below
 except ValueError as exc:
-    top.error(md(f"Cannot plan this: {one_line(exc)}"))
+    problem = f"Cannot plan this: {one_line(exc)}"
+
+st.title("Plan a model")
+top = st.container()  # warnings and errors, then the verdict and headline numbers: above the form
+verdict_box = st.container(key="plan_verdict")  # sticky (VERDICT_CSS): still in view after scrolling to Plan
+heads = st.container()
+for message in url_errors:
+    top.warning(md(message))
+
+_drawn: set[str] = set()
+
+
+def draw_pick() -> None:
+    """Once per run, under the headline: the sticky verdict's CSS, then the model source and the preset."""
+    if "pick" in _drawn:
+        return
+    _drawn.add("pick")
+    # The verdict stays at the top of the view while the page scrolls (the form's Plan button is below the fold at
+    # 1280x720, and a re-run keeps the scroll position). Static CSS, no user text.
+    st.html("<style>div:has(> .st-key-plan_verdict){position:sticky;top:3.75rem;z-index:990;"
+            "background-color:var(--background-color, #fff);}</style>")  # the keyed block's wrapper is the flex item
+    pick = st.columns([2, 3])
+    with pick[0]:
+        st.radio("Model from", state.MODEL_SOURCES, key=f"{PREFIX}source", horizontal=True,
+                 format_func=SOURCE_LABELS.get)
+    with pick[1]:
+        if source == "preset":
+            forms.preset_select(PREFIX, presets)
+
+
+def draw_form() -> None:
+    """Once per run: the model source and preset, then the form (the containers above keep their places)."""
+    draw_pick()
+    if "form" not in _drawn:
+        _drawn.add("form")
+        forms.plan_form(PREFIX, presets, source)
+
+
+def stop() -> None:
+    """End the run with the form on the page (every path that stops before the form is drawn)."""
+    draw_form()
     st.stop()
-st.query_params.from_dict(state.query_from_values(values))
+
+
+if prepared is not None and prepared[2] is not None:
+    top.caption(md(prepared[2]))  # a ViT's tokens from its image size
+if problem is not None:
+    top.error(md(problem))
+    stop()
+
+# --- a state-space / hybrid model (mamba2, falcon_h1, bamba): its own plan on the torch fallback -----------------
+if hybrid is not None:
+    try:
+        state.check_form_values({k: v for k, v in values.items() if k not in state.ARCH_FIELDS})
+        draw_form()
+        hybrid_view.render(top, hybrid, values)
+    except ValueError as exc:
+        top.error(md(f"Cannot plan this: {one_line(exc)}"))
+        stop()
+    st.query_params.from_dict(state.query_from_values(values))
+    forms.save_values(PREFIX, {k: v for k, v in values.items() if k in state.PLAN_DEFAULTS})
+    st.stop()
+
+# --- images: a Swin or vision-language model is planned tower by tower (tokens per modality first) -------------
+if image_model is not None:
+    try:
+        state.check_form_values({k: v for k, v in values.items() if k not in state.ARCH_FIELDS})
+        draw_form()
+        vision_view.render(top, image_model, values)
+    except ValueError as exc:
+        top.error(md(f"Cannot plan this: {one_line(exc)}"))
+        stop()
+    st.query_params.from_dict(state.query_from_values(values))
+    forms.save_values(PREFIX, {k: v for k, v in values.items() if k in state.PLAN_DEFAULTS})
+    st.stop()
+
+if prepared is None:
+    top.info("Upload a Hugging Face `config.json` in the form and press **Plan**.")
+    stop()
+inputs, config_spec, _ = prepared
+share_query = state.query_from_values(values)  # the URL that shares this plan: set after the headline, below
 forms.save_values(PREFIX, {k: v for k, v in values.items() if k in state.PLAN_DEFAULTS})
 st.session_state["plan_inputs"] = inputs  # the trace and validate pages work on this plan
 # the uploaded config.json itself, for the Validate page to build the model from (ui/own_model.py)
 st.session_state["plan_config"] = uploads.config_dict(uploaded) if config_spec is not None else None
-if config_spec is not None and config_spec.windowed:
-    st.caption("The shared URL carries this config's architecture, not its per-layer sliding windows.")
-if config_spec is not None and TEXT_ONLY_NOTE in config_spec.source:
-    st.warning("This config is a vision-language model; the plan covers its text model only: the vision tower's "
-               "weights, activations and image tokens are not planned.")
+
+
+def draw_form_and_caveats() -> None:
+    """The form, then (under it) what the uploaded config's plan leaves out."""
+    draw_form()
+    if config_spec is not None and config_spec.windowed:
+        st.caption("The shared URL carries this config's architecture, not its per-layer sliding windows.")
+    if config_spec is not None and TEXT_ONLY_NOTE in config_spec.source:
+        st.warning("This config is a vision-language model; the plan covers its text model only: the vision "
+                   "tower's weights, activations and image tokens are not planned.")
+
 
 gpu = get_gpu(inputs.gpu)
 notes = [a for a in plan.assumptions if a.startswith("Note:")]
@@ -158,6 +215,8 @@ if not plan.supported:
             st.info(md(f"Fix ({item.id}): {human(item.title)}. {human(item.expected_effect)}"))
         if advisor_error:
             st.error(md(advisor_error))
+    st.query_params.from_dict(share_query)
+    draw_form_and_caveats()
     from estimator.model.layer_attention import priced_attention_call
 
     st.subheader("Which backends can run this call")
@@ -183,10 +242,31 @@ with heads:
                    "fragments")
     c3.metric("headroom" if fit.fits else "short by", gib_text(fit.headroom_bytes if fit.fits else fit.short_by_bytes),
               help="capacity − total − allocator reserve")
-    max_n_slot, max_batch_slot = c4.empty(), c5.empty()  # filled at the end, when the solvers have run
+    max_n_slot, max_batch_slot = c4.empty(), c5.empty()  # filled when the solvers have run, next
+# A few milliseconds without the interpreter: the server's sender thread sends the headline as one burst (while the
+# solvers below hold the interpreter it gets it back once per message), which the browser renders while the
+# solvers and the backend table are computed; only then come the widgets (each burst of elements the browser
+# receives re-renders the page: docs/speed.md).
+time.sleep(HEADLINE_FLUSH_S)
+st.query_params.from_dict(share_query)  # the browser's address bar: one more message, after the headline
+solved = cached.plan(inputs)  # the largest n and batch: binary searches over the budget (memoised)
+max_n_slot.metric("largest n that fits", f"{solved.max_seq_len:,}", help=f"at batch {inputs.batch}")
+max_batch_slot.metric("largest batch that fits", f"{solved.max_batch:,}", help=f"at n = {inputs.seq_len:,}")
+from estimator.model.layer_attention import priced_attention_call  # noqa: E402 - the page's script, not a module
+
+call = priced_attention_call(inputs)  # the widest layer's call as the plan prices it (the Budget view's table)
+
+
+def backend_rows():
+    return sweeps.backend_table(call, gpu, torch_version=inputs.torch_version, estimate=cached.estimate)
+
+
+VIEWS = ("Budget", "Charts", "Advice", "Export")
+# the Budget view is the open one (the tabs' state is the open tab's label): its table is computed before the widgets
+backends = backend_rows() if st.session_state.get("plan_view", VIEWS[0]) == VIEWS[0] else None
+draw_form_and_caveats()
 
 parts = [(c.label, c.bytes) for c in plan.components]  # the budget's rows as (label, bytes per GPU)
-VIEWS = ("Budget", "Charts", "Advice", "Export")
 budget_tab, charts_tab, advice_tab, export_tab = st.tabs(VIEWS, key="plan_view", on_change="rerun")
 # Only the open tab runs (lazy tabs): the first render and a re-run after a submit skip the charts' sweep.
 
@@ -201,11 +281,10 @@ if budget_tab.open:
             st.caption(f"Parameters: {plan.params:,} in the model, {plan.trainable_params:,} trainable per GPU "
                        f"({inputs.finetune} fine-tuning).")
         st.subheader("Attention backend")
-        # the widest layer's call as the plan prices it (a window through SDPA: the dense bool-masked call)
-        from estimator.model.layer_attention import priced_attention_call
-
-        call = priced_attention_call(inputs)
-        backends = sweeps.backend_table(call, gpu, torch_version=inputs.torch_version, estimate=cached.estimate)
+        # `call`: the widest layer's call as the plan prices it (a window through SDPA: the dense bool-masked call);
+        # its backend table was computed above when this view was open before the run
+        if backends is None:
+            backends = backend_rows()
         st.markdown(f"Per layer, each GPU makes the call **q ({call.batch}, {call.q_heads}, {call.q_len}, "
                     f"{call.head_dim}), k/v ({call.batch}, {call.kv_heads}, {call.kv_len}, {call.head_dim})**, "
                     f"{call.dtype}, {'causal, ' if call.causal else ''}"
@@ -294,7 +373,3 @@ if export_tab.open:
                            mime="text/csv", key="download_csv", on_click="ignore")
         e3.download_button("Plan as JSON", data=partial(json_text, inputs), file_name=f"{stem}.json",
                            mime="application/json", key="download_json", on_click="ignore")
-
-solved = cached.plan(inputs)  # the largest n and batch: binary searches over the budget (memoised)
-max_n_slot.metric("largest n that fits", f"{solved.max_seq_len:,}", help=f"at batch {inputs.batch}")
-max_batch_slot.metric("largest batch that fits", f"{solved.max_batch:,}", help=f"at n = {inputs.seq_len:,}")

@@ -48,7 +48,7 @@ def config_dict(uploaded) -> dict:
 
     data = read_bytes(uploaded, CONFIG_MAX_BYTES, "config")
     try:
-        value = json.loads(data.decode("utf-8"))
+        value = json.loads(data.decode("utf-8-sig"))  # a BOM is accepted, as estimator/model/hf_config.py does
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ValueError(f"config: {one_line(exc)}") from None
     if not isinstance(value, dict):

@@ -446,7 +446,7 @@ DECODE_SETS = ("h200_hf_decode", "h200_hf_decode_heldout_p1", "h200_hf_decode_he
                "h200_hf_long_heldout", "h200_hf_decode_repeat", "h200_hf_long_heldout2")
 
 
-def test_decode_band_is_the_spread_of_six_processes():
+def test_decode_band_is_the_spread_of_seven_processes():
     """estimator/model/step_time.py TIME_ERROR_BAND["decode"]: the 10th-90th percentile of measured / planned - 1 of
     the headline decode step over the seven processes' growing-cache rows (76 rows; 60 within 30%)."""
     import numpy as np

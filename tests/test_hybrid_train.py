@@ -140,3 +140,14 @@ def test_reduce_last_rate_is_the_measured_points_between_them():
         assert reduce_last_rate(n) == rate
     assert reduce_last_rate(96) == (1.15e12 + 2.21e12) / 2
     assert reduce_last_rate(16) == 0.61e12 / 2 and reduce_last_rate(1024) == 3.2e12
+
+
+def test_held_out_set_3():
+    """Measured after the last model change: training, long prefill with cache state, decode, OOMs, time."""
+    res = compare(pd.read_csv("validation/data/h200_hf_hybrid_heldout3.csv"))
+    ran = res[res["status"] == "ok"]
+    assert len(ran) == 25 and bool(ran["ok"].all()) and set(ran["family"]) == {"mamba2-codestral", "falcon-h1",
+                                                                                "bamba"}
+    assert bool(ran[ran["kind"] == "prefill"]["cache_exact"].astype(bool).all())
+    assert bool(res[res["status"] == "oom"]["called"].all())
+    assert bool(ran[ran["time_ratio"].notna()]["time_in_band"].astype(bool).all())

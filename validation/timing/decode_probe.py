@@ -95,7 +95,7 @@ def _one_call(q, k, v, backend) -> None:
         F.scaled_dot_product_attention(q, k, v, enable_gqa=q.shape[1] != k.shape[1])
 
 
-def hf_part(rows, S0, steps=10, batch=1):
+def hf_part(rows, S0, steps=10, batch=1, compiled_only=False):
     from transformers import AutoModelForCausalLM, StaticCache
 
     from validation.model.hf_configs import family_config, to_hf_config
@@ -108,6 +108,8 @@ def hf_part(rows, S0, steps=10, batch=1):
     stacks = [("dynamic_auto", None, False), ("dynamic_flash", "flash", False),
               ("dynamic_efficient", "efficient", False), ("dynamic_auto_again", None, False),
               ("static_auto", None, True)]
+    if compiled_only:  # the StaticCache step against the same step under torch.compile(mode="reduce-overhead")
+        stacks = [("static_auto", None, True), ("static_compiled", None, True)]
     with torch.no_grad():
         for name, forced, static in stacks:
             try:
@@ -126,6 +128,10 @@ def _hf_stack(rows, model, cfg, ids, tok, S0, steps, batch, name, forced, static
     out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **kw)
     cache = out.past_key_values
     del out
+    # static_compiled: the decode forward under torch.compile(mode="reduce-overhead") (Inductor with CUDA graphs; the
+    # StaticCache keeps every shape fixed, cache_position is a tensor), what transformers' generate does with
+    # cache_implementation="static" and a compile config. Its first steps pay the compile and the graph capture.
+    fwd = torch.compile(model.forward, mode="reduce-overhead", dynamic=False) if name == "static_compiled" else model
     for step in range(1, steps + 1):
         pos = torch.tensor([S0 + step - 1], device=DEV)
 
@@ -133,8 +139,8 @@ def _hf_stack(rows, model, cfg, ids, tok, S0, steps, batch, name, forced, static
             extra = {"cache_position": p} if static else {}
             if forced:
                 with sdpa_kernel([BACKENDS[forced]]):
-                    return model(input_ids=tok, past_key_values=c, use_cache=True, **extra)
-            return model(input_ids=tok, past_key_values=c, use_cache=True, **extra)
+                    return fwd(input_ids=tok, past_key_values=c, use_cache=True, **extra)
+            return fwd(input_ids=tok, past_key_values=c, use_cache=True, **extra)
         ms = _sync_ms(one)
         rows.append(dict(part="hf", backend=name, batch=batch, q_heads=cfg.num_attention_heads,
                          kv_heads=cfg.num_key_value_heads, head_dim=cfg.hidden_size // cfg.num_attention_heads,
@@ -163,6 +169,9 @@ def main(argv=None) -> None:
     ap.add_argument("--hf-out")
     ap.add_argument("--budget-s", type=float, default=120.0)
     ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--hf-s0", type=int, default=32 * 1024, help="with --hf-out: the prefill length (default 32768)")
+    ap.add_argument("--hf-compiled-only", action="store_true",
+                    help="with --hf-out: only the StaticCache step, eager and under torch.compile (no probe rows)")
     a = ap.parse_args(argv)
     t_end = time.perf_counter() + a.budget_s
     env = dict(device_name=torch.cuda.get_device_name() if DEV == "cuda" else "cpu", torch_version=torch.__version__)
@@ -171,12 +180,14 @@ def main(argv=None) -> None:
     K = 1024
     if a.hf_out:  # first: the whole-model stacks are what the plan's alternatives stand on
         hrows: list[dict] = []
-        for S0 in (32 * K,):
+        for S0 in (a.hf_s0,):
             try:
-                hf_part(hrows, S0)
+                hf_part(hrows, S0, steps=16 if a.hf_compiled_only else 10, compiled_only=a.hf_compiled_only)
             except Exception as exc:  # noqa: BLE001  (a failed part is reported, the rest still runs)
                 print(f"hf part at {S0}: {typed_line(exc, 240)}")
         _write(a.hf_out, hrows, env)
+        if a.hf_compiled_only:
+            return
     rows: list[dict] = []
     shapes = [(1, 32, 8, 128), (4, 32, 8, 128), (1, 28, 4, 128), (8, 32, 8, 128), (1, 16, 8, 256), (1, 32, 8, 64)]
     for S in (4 * K + 1, 128 * K + 1, 32 * K + 1):  # one graph build per new shape and length

@@ -433,6 +433,22 @@ def test_decode_regimes_match_the_measured_llama_stacks():
     assert 0.6 < plan.decode_first_step_ms / first < 1.2
 
 
+def test_the_compiled_static_cache_step_is_its_gpu_work():
+    """validation/data/h200_decode_probe_compiled.csv: the 4-layer Llama's StaticCache step under torch.compile
+    (reduce-overhead) ran 2.5 ms from its third step, half the eager StaticCache step; the plan prices it as the
+    step's GPU work (Inductor's fusions not priced, so the plan is no higher than the eager one)."""
+    from validation.model.model_report import plan_row
+
+    h = pd.read_csv(DATA / "h200_decode_probe_compiled.csv")
+    med = h[h.step > 2].groupby("backend").ms.median()
+    plan = plan_row(dict(family="llama-3.1-8b", layers="4", overrides="", mode="prefill", precision="bf16-true",
+                         optimizer="adamw", checkpointing="none", seq_len="32768", batch="1",
+                         attn_implementation="sdpa"))
+    assert plan.decode_static_compiled_ms_per_token < plan.decode_static_cache_ms_per_token
+    assert abs(plan.decode_static_compiled_ms_per_token / med["static_compiled"] - 1) <= 0.2
+    assert med["static_compiled"] < 0.6 * med["static_auto"]
+
+
 def test_the_plan_says_where_no_measurement_stands_behind_it():
     from estimator.model.assumptions import LONGEST_MEASURED_CALL_TOKENS
 

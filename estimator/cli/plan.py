@@ -329,7 +329,9 @@ def format_table(plan: Plan, result: dict) -> str:
                          f"{plan.decode_graph_builds_per_step} cuDNN graph build(s) a step)")
         for key, label in (("decode_steady_ms_per_token", "every cache length seen before"),
                            ("decode_forced_flash_ms_per_token", "single-token calls forced to flash"),
-                           ("decode_static_cache_ms_per_token", "a StaticCache (one length, one graph)")):
+                           ("decode_static_cache_ms_per_token", "a StaticCache (one length, one graph)"),
+                           ("decode_static_compiled_ms_per_token",
+                            "a StaticCache under torch.compile (reduce-overhead; compiled once)")):
             value = getattr(plan, key)
             if value is not None and abs(value - plan.decode_time_ms_per_token) > 1e-6:
                 lines.append(f"  decode with {label}: {value:,.3f} ms per step")

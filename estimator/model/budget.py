@@ -162,6 +162,7 @@ class Plan:
     decode_steady_ms_per_token: float | None = None  # every cache length seen before in the process
     decode_forced_flash_ms_per_token: float | None = None  # single-token calls forced to flash (None: flash can't)
     decode_static_cache_ms_per_token: float | None = None  # HF StaticCache: one key length, one graph
+    decode_static_compiled_ms_per_token: float | None = None  # the StaticCache step under torch.compile (CUDA graphs)
     decode_first_step_ms: float | None = None  # a fresh process's first step (its first cuDNN build of the shape)
     decode_graph_builds_per_step: int | None = None  # cuDNN graphs generate builds each step
     communication_time_ms: float = 0.0  # exposed communication of the step (training) or prefill (model/comm.py)

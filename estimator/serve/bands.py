@@ -1,9 +1,9 @@
 """How far the simulated serving times were from transformers' continuous batching on the H200 (hf-cb only).
 
 Each band is (simulated - measured) / measured, its lowest and highest value over every run of the held-out set
-measured after the step-time model was final (validation/data/h200_serve_heldout4_summary.csv: 5 runs of 5 families,
-each in its own process, the case list committed before the model's last change and nothing fitted on it; a sixth
-run was left unstarted by the case file's budget); tests/test_serve_bands.py recomputes it with `python -m
+measured after the step-time model was final (validation/data/h200_serve_heldout4_summary.csv: 6 runs of 6 families,
+each in its own process, the case list committed before the model's last change and nothing fitted on it; the sixth,
+left unstarted by the first call's budget, was measured in the next call); tests/test_serve_bands.py recomputes it with `python -m
 validation.serving.compare`. A negative band means the
 simulation was faster than the engine: the engine's figure is simulated / (1 + error), so for TPOT P50 the
 measured value ran 0.79-1.03x the simulated one. Other engines have no measurement behind their times: no band is
@@ -16,11 +16,11 @@ HF_CB_HELD_OUT_SETS = ("h200_serve_heldout4",)
 
 # metric -> (lowest, highest) (simulated - measured) / measured over the held-out runs
 HF_CB_TIME_ERROR_BANDS: dict[str, tuple[float, float]] = {
-    "throughput_output_tokens_per_s": (-0.075, 0.034),
+    "throughput_output_tokens_per_s": (-0.075, 0.084),
     "ttft_ms.p50": (-0.262, 0.137),
-    "ttft_ms.p99": (-0.206, 0.371),
+    "ttft_ms.p99": (-0.759, 0.371),
     "tpot_ms.p50": (-0.032, 0.263),
-    "tpot_ms.p99": (-0.027, 0.24),
+    "tpot_ms.p99": (-0.105, 0.24),
 }
 
 

@@ -484,8 +484,8 @@ def test_decode_band_is_the_spread_of_seven_processes():
     assert (np.abs(1 / (1 + ratios) - 1) <= 0.3).mean() >= 0.75
 
 
-def test_the_same_rows_on_two_machines_differ_in_decode_not_in_prefill():
-    """validation/data/h200_hf_decode_repeat.csv re-ran 8 rows of h200_hf_long_heldout.csv on another machine: the
+def test_the_same_rows_in_two_device_calls_differ_in_decode_not_in_prefill():
+    """validation/data/h200_hf_decode_repeat.csv re-ran 8 rows of h200_hf_long_heldout.csv in a later device call: the
     GPU-bound prefills agree within 3%, the host-bound decode steps do not (why the decode band is wide)."""
     a = pd.read_csv(DATA / "h200_hf_long_heldout.csv")
     b = pd.read_csv(DATA / "h200_hf_decode_repeat.csv")

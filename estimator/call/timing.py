@@ -244,9 +244,9 @@ def time_terms(c: Calls, backend, executed, gpu: GPU):
     # call's time is its walk over the keys, not tensor-core work at the prefill's rate: its own factor
     short = (c.L < _query_tile(c, backend)) & ~masked  # a masked short call keeps the masked rate (its bias reads)
     plain = ~(masked | c.fp32 | wide | short)
+    masked_wide = np.where(~c.fp32 & ~c.grad & (c.D > 128), MASKED_WIDE_SLOWDOWN, 1.0)
     fused = [np.where(plain, comp, 0.0), np.where(~masked & c.fp32 & ~short, comp, 0.0),
-             np.where(masked, comp * np.where(~c.fp32 & ~c.grad & (c.D > 128), MASKED_WIDE_SLOWDOWN, 1.0), 0.0), mem, scores,
-             drop]
+             np.where(masked, comp * masked_wide, 0.0), mem, scores, drop]
     gemm, ew, cdrop = chain_terms(c, backend, gpu)
     chain = np.isin(backend, registry.OP_CHAIN)
     # the board's power limit: tensor-core work sustained past POWER_CAP_AFTER_MS runs at the capped clock

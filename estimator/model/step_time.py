@@ -65,12 +65,12 @@ MODEL_PYTHON_MS = 3.0
 # is host-bound, and the same step measured in two processes one after the other differed by up to 1.75x
 # (h200_hf_decode_heldout_p1/p2.csv).
 # The decode band is the headline's (a step as generate runs it): measured / planned - 1, 10th-90th percentile over
-# the 76 growing-cache decode rows of seven processes on at least four H200 machines (h200_hf_decode,
+# the 76 growing-cache decode rows of seven processes in several device calls (h200_hf_decode,
 # h200_hf_decode_heldout_p1/p2, h200_hf_long_fit, h200_hf_long_heldout, h200_hf_decode_repeat, h200_hf_long_heldout2:
-# -0.15..+0.52; 60 of 76 within 30%). The spread is the host's: the same 8 rows measured on two machines (h200_hf_long_heldout.csv, then
-# h200_hf_decode_repeat.csv) ran their decode steps 37-41 ms on one and 53-74 ms on the other, while their prefills
-# agreed within 2.3%; validation/timing/host_speed.py read a pure-Python loop at 31.6 ns and 60.5 ns two minutes apart
-# on one machine (validation/data/h200_host_speed.csv). A host-bound figure is priced at the middle of that spread.
+# -0.15..+0.52; 60 of 76 within 30%). The spread is the host's: the same 8 rows measured in two device
+# calls (h200_hf_long_heldout.csv, then h200_hf_decode_repeat.csv) ran their decode steps 53-74 ms in one and 37-41 ms
+# in the other, while their prefills agreed within 2.3%; validation/timing/host_speed.py read a pure-Python loop at
+# 31.6 ns and 60.5 ns two minutes apart on one machine (validation/data/h200_host_speed.csv). A host-bound figure is priced at the middle of that spread.
 TIME_ERROR_BAND = {"prefill": (-0.08, 0.17), "step": (-0.09, 0.03), "decode": (-0.15, 0.52)}
 
 # cuDNN SDPA builds one execution graph per distinct call shape and keeps it in a per-process cache

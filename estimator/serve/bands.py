@@ -3,11 +3,10 @@
 Each band is (simulated - measured) / measured, its lowest and highest value over every run of the held-out set
 measured after the step-time model was final (validation/data/h200_serve_heldout4_summary.csv: 6 runs of 6 families,
 each in its own process, the case list committed before the model's last change and nothing fitted on it; the sixth,
-left unstarted by the first call's budget, was measured in the next call); tests/test_serve_bands.py recomputes it with `python -m
-validation.serving.compare`. A negative band means the
-simulation was faster than the engine: the engine's figure is simulated / (1 + error), so for TPOT P50 the
-measured value ran 0.79-1.03x the simulated one. Other engines have no measurement behind their times: no band is
-claimed for them.
+left unstarted by the first call's budget, was measured in the next call); tests/test_serve_bands.py recomputes it
+with `python -m validation.serving.compare`. A negative band means the simulation was faster than the engine: the
+engine's figure is simulated / (1 + error), so for TPOT P50 the measured value ran 0.79-1.03x the simulated one.
+Other engines have no measurement behind their times: no band is claimed for them.
 """
 
 from __future__ import annotations

@@ -70,7 +70,8 @@ MODEL_PYTHON_MS = 3.0
 # -0.15..+0.52; 60 of 76 within 30%). The spread is the host's: the same 8 rows measured in two device
 # calls (h200_hf_long_heldout.csv, then h200_hf_decode_repeat.csv) ran their decode steps 53-74 ms in one and 37-41 ms
 # in the other, while their prefills agreed within 2.3%; validation/timing/host_speed.py read a pure-Python loop at
-# 31.6 ns and 60.5 ns two minutes apart on one machine (validation/data/h200_host_speed.csv). A host-bound figure is priced at the middle of that spread.
+# 31.6 ns and 60.5 ns two minutes apart on one machine (validation/data/h200_host_speed.csv). A host-bound figure
+# is priced at the middle of that spread.
 TIME_ERROR_BAND = {"prefill": (-0.08, 0.17), "step": (-0.09, 0.03), "decode": (-0.15, 0.52)}
 
 # cuDNN SDPA builds one execution graph per distinct call shape and keeps it in a per-process cache

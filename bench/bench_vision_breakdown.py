@@ -72,7 +72,13 @@ def _step_fn(model, cfg, case):
     return fn
 
 
-def _timed(fn):
+def _timed(fn, cuda: bool = True):
+    """(wall ms: CUDA events on the GPU, perf_counter on the CPU; host ms until fn returned)."""
+    if not cuda:
+        t = time.perf_counter()
+        fn()
+        ms = (time.perf_counter() - t) * 1e3
+        return ms, ms
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
     t = time.perf_counter()

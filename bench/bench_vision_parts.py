@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 from bench_vision_breakdown import _profile  # noqa: E402
+from bench_vision_breakdown import _timed as _timed_on  # noqa: E402
 
 from validation.model.hf_vision import build, make_inputs, set_trainable, tokens, vision_config  # noqa: E402
 
@@ -40,21 +41,8 @@ def _sync():
 
 
 def _timed(fn):
-    """(wall ms: CUDA events on the GPU, perf_counter on the CPU; host ms until fn returned)."""
-    if DEVICE != "cuda":
-        t = time.perf_counter()
-        fn()
-        ms = (time.perf_counter() - t) * 1e3
-        return ms, ms
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    start.record()
-    fn()
-    host = (time.perf_counter() - t) * 1e3
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end), host
+    """bench_vision_breakdown's timer on this run's device."""
+    return _timed_on(fn, cuda=DEVICE == "cuda")
 
 
 class _Dev:

@@ -150,25 +150,15 @@ if problem is not None:
     top.error(md(problem))
     stop()
 
-# --- a state-space / hybrid model (mamba2, falcon_h1, bamba): its own plan on the torch fallback -----------------
-if hybrid is not None:
+# --- a model with its own plan: a state-space / hybrid model (mamba2, falcon_h1, bamba) on the torch fallback, or
+# a Swin or vision-language model planned tower by tower (tokens per modality first) --------------------------------
+for special, view in ((hybrid, hybrid_view), (image_model, vision_view)):
+    if special is None:
+        continue
     try:
         state.check_form_values({k: v for k, v in values.items() if k not in state.ARCH_FIELDS})
         draw_form()
-        hybrid_view.render(top, hybrid, values)
-    except ValueError as exc:
-        top.error(md(f"Cannot plan this: {one_line(exc)}"))
-        stop()
-    st.query_params.from_dict(state.query_from_values(values))
-    forms.save_values(PREFIX, {k: v for k, v in values.items() if k in state.PLAN_DEFAULTS})
-    st.stop()
-
-# --- images: a Swin or vision-language model is planned tower by tower (tokens per modality first) -------------
-if image_model is not None:
-    try:
-        state.check_form_values({k: v for k, v in values.items() if k not in state.ARCH_FIELDS})
-        draw_form()
-        vision_view.render(top, image_model, values)
+        view.render(top, special, values)
     except ValueError as exc:
         top.error(md(f"Cannot plan this: {one_line(exc)}"))
         stop()

@@ -5,8 +5,6 @@ typed is escaped (`md`) before it is shown."""
 
 from __future__ import annotations
 
-import json
-
 import streamlit as st
 
 from estimator.model.hybrid import HYBRID_TYPES, NOT_MODELLED, get_hybrid_preset, hybrid_from_hf_config
@@ -25,12 +23,8 @@ def hybrid_model(values, uploaded):
         return None
     from ui import uploads
 
-    try:
-        data = uploads.read_bytes(uploaded, uploads.CONFIG_MAX_BYTES, "config")
-        cfg = json.loads(data.decode("utf-8"))
-    except (*uploads._READ_ERRORS, UnicodeDecodeError, json.JSONDecodeError):
-        return None  # not readable here: the ordinary upload path reports it in one line
-    if not isinstance(cfg, dict):
+    cfg = uploads.config_dict_or_none(uploaded)
+    if cfg is None:
         return None
     model_type = str(cfg.get("model_type") or "").lower()
     if model_type not in HYBRID_TYPES and model_type not in NOT_MODELLED:

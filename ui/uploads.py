@@ -54,3 +54,12 @@ def config_dict(uploaded) -> dict:
     if not isinstance(value, dict):
         raise ValueError("config: expected a JSON object at the top level")
     return value
+
+
+def config_dict_or_none(uploaded) -> dict | None:
+    """`config_dict`, or None where the upload cannot be read as a JSON object (the ordinary upload path then
+    reports why in one line): how the image and hybrid views look at an upload to see whether it is theirs."""
+    try:
+        return config_dict(uploaded)
+    except (*_READ_ERRORS, ValueError):
+        return None

@@ -5,7 +5,6 @@ name) is escaped (`md`)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 import streamlit as st
@@ -24,12 +23,8 @@ def image_model(values, uploaded):
     if values.get("source") == "hf-config" and uploaded is not None:
         from ui import uploads
 
-        try:
-            data = uploads.read_bytes(uploaded, uploads.CONFIG_MAX_BYTES, "config")
-            cfg = json.loads(data.decode("utf-8"))
-        except (*uploads._READ_ERRORS, UnicodeDecodeError, json.JSONDecodeError):
-            return None  # not readable here: the ordinary upload path reports it in one line
-        if not isinstance(cfg, dict):
+        cfg = uploads.config_dict_or_none(uploaded)
+        if cfg is None:
             return None
         name = uploads.config_name(getattr(uploaded, "name", "config"))
         if str(cfg.get("model_type") or "").lower() == "swin":

@@ -22,6 +22,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -42,13 +43,10 @@ def kernel_class(name: str) -> str:
     return "other"
 
 
-class _Dev:
-    device = torch.device("cuda")
-
-
-def _step_fn(model, cfg, case):
+def _step_fn(model, cfg, case, device: str = "cuda"):
+    """The case's step as a closure: a no-grad prefill, or a training step."""
     train = case["mode"] == "train"
-    kw = make_inputs(model, cfg, case, _Dev, train)
+    kw = make_inputs(model, cfg, case, SimpleNamespace(device=torch.device(device)), train)
     if not train:
         model.eval()
 

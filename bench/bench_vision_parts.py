@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
-from bench_vision_breakdown import _profile  # noqa: E402
+from bench_vision_breakdown import _profile, _step_fn  # noqa: E402
 from bench_vision_breakdown import _timed as _timed_on  # noqa: E402
 
-from validation.model.hf_vision import build, make_inputs, set_trainable, tokens, vision_config  # noqa: E402
+from validation.model.hf_vision import build, set_trainable, tokens, vision_config  # noqa: E402
 
 DEVICE = "cuda"
 
@@ -45,20 +45,9 @@ def _timed(fn):
     return _timed_on(fn, cuda=DEVICE == "cuda")
 
 
-class _Dev:
-    device = None
-
-
 def _prefill_fn(model, cfg, case):
-    _Dev.device = torch.device(DEVICE)
-    kw = make_inputs(model, cfg, case, _Dev, False)
-    model.eval()
-
-    def fn():
-        with torch.no_grad():
-            out = model(**kw)
-        del out
-    return fn
+    """bench_vision_breakdown's no-grad prefill closure on this run's device."""
+    return _step_fn(model, cfg, dict(case, mode="prefill"), device=DEVICE)
 
 
 class _Clock:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from estimator.model.hybrid import HYBRID_TYPES, NOT_MODELLED, get_hybrid_preset, hybrid_from_hf_config
+from estimator.model.hybrid import claims_config, get_hybrid_preset, hybrid_from_hf_config
 from estimator.units import gib
 from ui.text import md, one_line
 
@@ -26,8 +26,7 @@ def hybrid_model(values, uploaded):
     cfg = uploads.config_dict_or_none(uploaded)
     if cfg is None:
         return None
-    model_type = str(cfg.get("model_type") or "").lower()
-    if model_type not in HYBRID_TYPES and model_type not in NOT_MODELLED:
+    if not claims_config(cfg):
         return None
     return hybrid_from_hf_config(cfg, name=uploads.config_name(getattr(uploaded, "name", "config")))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from estimator.model.hybrid import HYBRID_TYPES, NOT_MODELLED, get_hybrid_preset, hybrid_from_hf_config
+from estimator.model.hybrid import claims_config, get_hybrid_preset, hybrid_from_hf_config
 from estimator.model.hybrid_plan import hybrid_plan
 from estimator.model.hybrid_train import OPTIMIZERS as TRAIN_OPTIMIZERS
 from estimator.textfile import MAX_CONFIG_BYTES, read_json_limited
@@ -33,8 +33,7 @@ def load_hybrid(args):
     cfg = read_json_limited(path, MAX_CONFIG_BYTES, "config")
     if not isinstance(cfg, dict):
         return None
-    model_type = str(cfg.get("model_type") or "").lower()
-    if model_type not in HYBRID_TYPES and model_type not in NOT_MODELLED:
+    if not claims_config(cfg):
         return None
     return hybrid_from_hf_config(cfg, name=path.parent.name or path.stem)
 

@@ -129,9 +129,19 @@ def _int(cfg: dict, key: str, default) -> int:
     return int(value)
 
 
+def _model_type(cfg: dict) -> str:
+    return str(cfg.get("model_type") or "").lower()
+
+
+def claims_config(cfg: dict) -> bool:
+    """Whether a config.json belongs to the hybrid path: a modelled hybrid, or one refused by name (NOT_MODELLED).
+    The CLI and the plan page both ask this before `hybrid_from_hf_config`."""
+    return _model_type(cfg) in HYBRID_TYPES or _model_type(cfg) in NOT_MODELLED
+
+
 def hybrid_from_hf_config(cfg: dict, *, name: str = "") -> HybridSpec:
     """A HybridSpec from a transformers config dict (keys left out take transformers 5.17's defaults)."""
-    mt = str(cfg.get("model_type", ""))
+    mt = _model_type(cfg)
     if mt in NOT_MODELLED:
         extra = ""
         if mt == "qwen3_next":  # its cache is exact (estimator/model/ssm_deltanet.py), its activations are not

@@ -158,7 +158,7 @@ def estimate_columns(c: Calls, requested, gpu: GPU, torch_version: str = backend
             "forward_retained_bytes": retained, "input_bytes": inputs, "fits": fits,
             "flops": flops.counted_flops(c, names), "executed_flops": executed,
             "time_ms": _time_ms(c, names, kernel, executed, gpu) if timed else None,
-            "scores_bytes": c.B * c.Hq * c.L * c.S * c.es, "kv_bytes": 2 * c.B * c.Hk * c.S * c.D * c.es}
+            "scores_bytes": c.B * c.Hq * c.L * c.S * c.es, "kv_bytes": c.B * c.Hk * c.S * (c.D + c.Dv) * c.es}
 
 
 def _time_by_kernel(c: Calls, kernel, executed, gpu: GPU):

@@ -2,7 +2,10 @@
 
 Rules of `aten/src/ATen/native/transformers/cuda/sdp_utils.cpp` (can_use_flash_attention,
 can_use_mem_efficient_attention, can_use_cudnn_attention) as they behave in PyTorch 2.11 (checked on
-an H200, validation/data/h200_calibration.csv), vectorized over calls. `TORCH_VERSIONS` lists what
+an H200, validation/data/h200_calibration.csv), vectorized over calls. A value width other than head_dim
+(MLA) is routed by the same file's checks as read from source, not yet measured: flash needs q, k and v of one
+width (check_head_dim_size_flash); efficient needs both widths aligned (check_head_dim_size_mem_efficient);
+cuDNN needs both multiples of 8 and within its limit (check_cudnn_tensor_shapes). `TORCH_VERSIONS` lists what
 differs in 2.13 (read from the newest source, not measured on a GPU).
 """
 
@@ -42,6 +45,7 @@ def _checks(c: Calls, sm: int, torch_version: str) -> dict[str, list[tuple[np.nd
         (both, both_reason),
         (np.bool_(sm < 80), f"needs compute capability 8.0+ (this GPU is sm{sm})"),
         (c.has_mask, "an explicit attn_mask (bool or float) is not supported; use is_causal=True"),
+        (c.value_differs, "v_head_dim differs from head_dim (check_head_dim_size_flash: q, k, v the same width)"),
         (c.D > 256, "head_dim > 256"),
         (c.grad & (c.D > 192) & np.bool_(sm in (86, 89, 120)), "training with head_dim > 192 on sm86/sm89"),
         (c.causal & (c.L != c.S), "is_causal with q_len != kv_len"),
@@ -51,8 +55,10 @@ def _checks(c: Calls, sm: int, torch_version: str) -> dict[str, list[tuple[np.nd
     efficient = [
         (both, both_reason),
         (np.bool_(sm < 50), f"needs compute capability 5.0+ (this GPU is sm{sm})"),
-        (half & (c.D % eff_align != 0), f"head_dim must be a multiple of {eff_align} for 16-bit inputs"),
-        (c.fp32 & (c.D % (4 if sm >= 80 else 1) != 0), "head_dim must be a multiple of 4 for float32"),
+        (half & ((c.D % eff_align != 0) | (c.Dv % eff_align != 0)),
+         f"head_dim and v_head_dim must be multiples of {eff_align} for 16-bit inputs"),
+        (c.fp32 & ((c.D % (4 if sm >= 80 else 1) != 0) | (c.Dv % (4 if sm >= 80 else 1) != 0)),
+         "head_dim and v_head_dim must be multiples of 4 for float32"),
         (c.bf16 & np.bool_(sm < 80), f"bfloat16 needs compute capability 8.0+ (this GPU is sm{sm})"),
     ]
     if torch_version == "2.11":
@@ -63,6 +69,12 @@ def _checks(c: Calls, sm: int, torch_version: str) -> dict[str, list[tuple[np.nd
         (c.fp32, "dtype float32 (cuDNN attention needs float16 or bfloat16)"),
         (c.D % 8 != 0, "head_dim must be a multiple of 8"),
         (c.D > (256 if sm == 90 or 100 <= sm < 110 else 128), f"head_dim > {256 if sm == 90 else 128} on sm{sm}"),
+        (c.Dv % 8 != 0, "v_head_dim must be a multiple of 8"),
+        (c.Dv > (256 if sm == 90 or 100 <= sm < 110 else 128), f"v_head_dim > {256 if sm == 90 else 128} on sm{sm}"),
+        # check_cudnn_d256_bprop_head_dim: with d256 support the backward takes (<=128, <=128), (192, 128) or
+        # (256, 256); applied here only where the widths differ (equal widths are as measured before)
+        (c.grad & c.value_differs & ~(((c.D <= 128) & (c.Dv <= 128)) | ((c.D == 192) & (c.Dv == 128))),
+         "backward with v_head_dim != head_dim other than (192, 128) or both <= 128"),
         (c.S == 1, "kv_len == 1"),
         (c.has_dropout & (c.L == 1), "dropout with q_len == 1"),
     ]

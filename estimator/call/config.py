@@ -102,7 +102,9 @@ def parse_bool(field: str, value) -> bool:
 @dataclass(frozen=True, kw_only=True)
 class AttentionCall:
     """One `scaled_dot_product_attention` call: q (batch, q_heads, q_len, head_dim),
-    k and v (batch, kv_heads, kv_len, head_dim), as docs/contract.md §1 lays them out."""
+    k and v (batch, kv_heads, kv_len, head_dim), as docs/contract.md §1 lays them out. `v_head_dim` is v's (and
+    the output's) width where it differs from q's and k's (DeepSeek's latent attention: q/k 192, v 128); None: the
+    same as head_dim. It is no CSV column (contract §2): the model layer sets it."""
 
     batch: int
     q_heads: int
@@ -116,10 +118,13 @@ class AttentionCall:
     dropout: float = 0.0
     mode: str = "forward"  # forward (no grad) | forward_backward (the call, then out.backward)
     backend: str = "auto"
+    v_head_dim: int | None = None
 
     def __post_init__(self) -> None:
         for field, limit in SIZE_LIMITS.items():
             object.__setattr__(self, field, check_positive_int(field, getattr(self, field), limit))
+        if self.v_head_dim is not None:
+            object.__setattr__(self, "v_head_dim", check_positive_int("v_head_dim", self.v_head_dim, MAX_DIM))
         if self.batch * self.q_heads * self.q_len * self.kv_len > MAX_ELEMENTS:
             raise ValueError("q_len: batch·q_heads·q_len·kv_len is absurdly large (over 2**56 score elements)")
         if self.batch * self.q_heads * max(self.q_len, self.kv_len) * self.head_dim > MAX_ELEMENTS:
@@ -146,6 +151,11 @@ class AttentionCall:
         object.__setattr__(self, "dropout", dropout)
 
     @property
+    def value_dim(self) -> int:
+        """v's width: v_head_dim, or head_dim when not given."""
+        return self.v_head_dim or self.head_dim
+
+    @property
     def element_bits(self) -> int:
         return DTYPE_BITS[self.dtype]
 
@@ -156,4 +166,6 @@ class AttentionCall:
 
 # A call's columns in contract §2 order (backend, dtype, then the fields as AttentionCall declares them): the CSV
 # columns of predict, of validation and of the app's exports, derived here so that they cannot drift apart.
-CALL_COLUMNS = ("backend", "dtype", *(f.name for f in fields(AttentionCall) if f.name not in ("backend", "dtype")))
+# v_head_dim is set by the model layer and is no column (contract §2 keeps its column set).
+CALL_COLUMNS = ("backend", "dtype", *(f.name for f in fields(AttentionCall)
+                                      if f.name not in ("backend", "dtype", "v_head_dim")))

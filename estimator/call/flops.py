@@ -2,10 +2,10 @@
 
 PyTorch's convention is `torch/utils/flop_counter.py`: matmuls only, 2·m·k·n each, causal never
 halved. Fused ops (`sdpa_flop_count`): forward 2·B·H·L·S·(Dq + Dv), backward 2·B·H·L·S·(3·Dq + 2·Dv).
-The math path and the eager path are counted through their bmm calls: forward 4·B·H·L·S·D,
-backward 8·B·H·L·S·D. Flash pads D to a multiple of 8 before its op is dispatched, so the counter
-sees the padded head dim. PyTorch 2.11's counter asserts on GQA for fused ops; we report the
-count 2.13 gives (query heads), as the contract asks.
+The math path and the eager path are counted through their bmm calls: forward 2·B·H·L·S·(Dq + Dv),
+backward 4·B·H·L·S·(Dq + Dv); Dv = Dq unless the call has its own value width (MLA). Flash pads D to a
+multiple of 8 before its op is dispatched, so the counter sees the padded head dim. PyTorch 2.11's counter
+asserts on GQA for fused ops; we report the count 2.13 gives (query heads), as the contract asks.
 """
 
 from __future__ import annotations
@@ -38,9 +38,13 @@ def exact_product(*factors):
 def counted_flops(c: Calls, backend):
     """FlopCounterMode's total for the call (forward, plus backward in forward_backward mode), by each backend's
     `FlopsRule` (estimator/call/registry.py); 0 for "none"."""
-    d_eff = round_up(c.D, registry.column(backend, lambda b: b.flops.head_dim_multiple, 1))
+    multiple = registry.column(backend, lambda b: b.flops.head_dim_multiple, 1)
+    d_eff, dv_eff = round_up(c.D, multiple), round_up(c.Dv, multiple)
     fused = np.isin(backend, registry.names_where(lambda b: b.flops.counted == "sdpa"))
-    per_score = 4 * d_eff + np.where(c.grad, np.where(fused, 10 * d_eff, 8 * c.D), 0)
+    # fused: 2·(Dq + Dv) forward, 2·(3·Dq + 2·Dv) backward; the bmm chain: Q·Kᵀ and P·V forward, then dV = Pᵀ·dO
+    # and dP = dO·Vᵀ at Dv, dQ = dS·K and dK = dSᵀ·Q at Dq
+    per_score = 2 * (d_eff + dv_eff) + np.where(c.grad, np.where(fused, 6 * d_eff + 4 * dv_eff,
+                                                                  4 * (c.D + c.Dv)), 0)
     per_score = np.where(backend == "none", 0, per_score)
     return exact_product(c.B, c.Hq, c.L, c.S, per_score)
 

@@ -41,6 +41,15 @@ def _sizes(c: Calls):
     return P, Q, K, KE
 
 
+def _value_sizes(c: Calls):
+    """The tensors at v's width (Dv: MLA's 128 against q/k's 192; D otherwise): out and grad_out (O), v and dV (V),
+    dV expanded to Hq heads (VE)."""
+    O = c.B * c.Hq * c.L * c.Dv * c.es
+    V = c.B * c.Hk * c.S * c.Dv * c.es
+    VE = c.B * c.Hq * c.S * c.Dv * c.es
+    return O, V, VE
+
+
 @registry.register_timeline("math")
 def math_timeline(c: Calls) -> Timeline:
     """`_scaled_dot_product_attention_math` (aten/src/ATen/native/transformers/attention.cpp):
@@ -302,24 +311,25 @@ def efficient_timeline(c: Calls) -> Timeline:
     mem_eff_attention/kernel_forward.h and kernel_backward.h)."""
     t, g = Timeline(), c.grad
     P, Q, K, KE = _sizes(c)
+    O, V, _ = _value_sizes(c)
     t.alloc("bias", c.B * c.L * c.S * c.es, c.mask_bool)  # convert_boolean_attn_mask
     # preprocess_mask: a bias whose last dim is not a multiple of 8 is copied into a padded buffer
     pad = c.has_mask & (c.S % 8 != 0)
     t.alloc("bias_pad", c.B * c.L * round_up(c.S, 8) * c.es, pad)
     t.free_if(pad, "bias")
-    t.alloc("out", Q)
+    t.alloc("out", O)
     t.alloc("lse", c.B * c.Hq * round_up(c.L, 32) * 4, g)  # kAlignLSE = 32; empty without grad
     big_d = (c.D > 128) & ~c.fp32
-    t.transient("out_accum", c.B * c.L * c.Hq * c.D * 4, big_d)  # kNeedsOutputAccumulatorBuffer
+    t.transient("out_accum", c.B * c.L * c.Hq * c.Dv * 4, big_d)  # kNeedsOutputAccumulatorBuffer
     t.free_if(~g, "bias", "bias_pad", "lse")
     t.mark("forward")
     if not np.any(g):
         return t
     blhd_view_copy = (c.Hq > 1) & (c.L > 1)
-    t.alloc("grad_out_c", Q, g & blhd_view_copy)
+    t.alloc("grad_out_c", O, g & blhd_view_copy)
     t.alloc("grad_q", Q, g)
     t.alloc("grad_k", K, g)
-    t.alloc("grad_v", K, g)
+    t.alloc("grad_v", V, g)
     Qf = Q * 4 // c.es
     t.alloc("delta_prod", Qf, g & c.fp32)  # fp32: (grad_out.float() * out.float()).sum(-1)
     t.alloc("delta", c.B * c.Hq * c.L * 4, g)
@@ -328,7 +338,7 @@ def efficient_timeline(c: Calls) -> Timeline:
     t.alloc("workspace", efficient_workspace_bytes(c), g)
     t.free("workspace", "delta", "grad_out_c", "lse")
     # grads come back as (B,L,H,D)-ordered views: AccumulateGrad copies each into q/k/v's layout
-    _layout_copies(t, c, g, ("grad_q", Q, c.L), ("grad_k", K, c.S), ("grad_v", K, c.S))
+    _layout_copies(t, c, g, ("grad_q", Q, c.L), ("grad_k", K, c.S), ("grad_v", V, c.S))
     return t
 
 
@@ -339,10 +349,11 @@ def cudnn_timeline(c: Calls) -> Timeline:
     caching allocator; backward dQ/dK/dV plus a workspace of one fp32 dQ accumulator and a row sum."""
     t, g = Timeline(), c.grad
     P, Q, K, KE = _sizes(c)
+    O, V, VE = _value_sizes(c)
     t.alloc("bias", c.B * c.L * c.S * c.es, c.mask_bool)
     t.alloc("seed", 8)
     t.alloc("offset", 8)
-    t.alloc("out", Q)
+    t.alloc("out", O)
     t.alloc("lse", c.B * c.Hq * c.L * 4, g)
     t.transient("workspace_fwd", CUDNN_FWD_WORKSPACE_BYTES)
     t.free_if(~g, "bias", "seed", "offset")
@@ -351,9 +362,9 @@ def cudnn_timeline(c: Calls) -> Timeline:
         return t
     t.alloc("dq", Q, g)
     t.alloc("dk", K, g)
-    t.alloc("dv", K, g)
+    t.alloc("dv", V, g)
     t.alloc("dk_exp", KE, g & c.gqa)
-    t.alloc("dv_exp", KE, g & c.gqa)
+    t.alloc("dv_exp", VE, g & c.gqa)
     t.transient("workspace_bwd", Q * 4 // c.es + c.B * c.Hq * c.L * 4, g)
     return t
 

@@ -109,15 +109,15 @@ def math_ops(c: Calls) -> list[Op]:
         # softmax (read, write), eq (read 4, write 1), all (read 1), where (read 4 + 1, write 4), 0-dim fill
         Op("_safe_softmax", "ew", on(True, 5), zero, P * 8 + P * 5 + P * 1 + P * 9),
         Op("native_dropout", "dropout", on(drop), zero, np.where(drop, P * 9, 0)),
-        _bmm("bmm p v", on(True), c, c.L, c.D, c.S, 4),
+        _bmm("bmm p v", on(True), c, c.L, c.Dv, c.S, 4),
         Op("out, attn .to(dtype)", "ew", on(half, 2), zero, np.where(half, (Q + P) * (4 + es), 0)),
     ]
     g = lambda cond=True, n=1: on(grad & cond, n)  # noqa: E731 - backward kernels
     b = lambda x: np.where(grad, x, 0)  # noqa: E731 - backward bytes or FLOPs
     ops += [
         Op("grad_out .to(float32)", "ew", g(half), zero, b(np.where(half, Q * (es + 4), 0))),
-        _bmm("bmm dO vT", g(), c, c.L, c.S, c.D, 4),
-        _bmm("bmm pT dO", g(), c, c.S, c.D, c.L, 4),
+        _bmm("bmm dO vT", g(), c, c.L, c.S, c.Dv, 4),
+        _bmm("bmm pT dO", g(), c, c.S, c.Dv, c.L, 4),
         Op("native_dropout_backward", "dropout", g(drop), zero, b(np.where(drop, P * 9, 0))),
         Op("where backward, softmax_backward", "ew", g(True, 2), zero, b(P * 9 + P * 12)),
         _bmm("bmm dS k", g(), c, c.L, c.D, c.S, 4),
@@ -146,13 +146,13 @@ def eager_ops(c: Calls) -> list[Op]:
         Op(".float(), softmax, .to(dtype)", "ew", on(True) + on(half, 2), zero,
            P * 8 + np.where(half, 2 * P * (es + 4), 0)),
         Op("dropout", "dropout", on(drop), zero, np.where(drop, P * (2 * es + 1), 0)),
-        _bmm("bmm p v", on(True), c, c.L, c.D, c.S, es),
+        _bmm("bmm p v", on(True), c, c.L, c.Dv, c.S, es),
     ]
     g = lambda cond=True, n=1: on(grad & cond, n)  # noqa: E731
     b = lambda x: np.where(grad, x, 0)  # noqa: E731
     ops += [
-        _bmm("bmm dO vT", g(), c, c.L, c.S, c.D, es),
-        _bmm("bmm pT dO", g(), c, c.S, c.D, c.L, es),
+        _bmm("bmm dO vT", g(), c, c.L, c.S, c.Dv, es),
+        _bmm("bmm pT dO", g(), c, c.S, c.Dv, c.L, es),
         Op("dropout backward", "dropout", g(drop), zero, b(np.where(drop, P * (2 * es + 1), 0))),
         Op("casts' and softmax backward", "ew", g() + g(half, 2), zero,
            b(P * 12 + np.where(half, 2 * P * (es + 4), 0))),

@@ -37,12 +37,23 @@ class Calls:
     W: np.ndarray = np.int64(0)
     docs: np.ndarray = np.int64(1)
     scausal: np.ndarray = np.bool_(False)
+    # v's width where it differs from q/k's (MLA); 0: the same as D. Read through `Dv`.
+    Dv0: np.ndarray = np.int64(0)
 
     def take(self, index) -> Calls:
         """The calls at `index` (a bool mask or integer positions), as a new column set."""
         shape = np.shape(np.atleast_1d(self.B))
         return Calls(**{f: np.broadcast_to(np.atleast_1d(getattr(self, f)), shape)[index]
                         for f in self.__dataclass_fields__})
+
+    @property
+    def Dv(self):
+        """Width of v, the output, dO and dV: Dv0, or D where that is 0."""
+        return np.where(self.Dv0 > 0, self.Dv0, self.D)
+
+    @property
+    def value_differs(self):
+        return self.Dv != self.D
 
     @property
     def structured(self):
@@ -77,6 +88,8 @@ class Calls:
         (4 int32 (batch, q_blocks, kv_blocks) index tensors); flash-attn no tensor."""
         q = self.B * self.Hq * self.L * self.D * self.es
         kv = self.B * self.Hk * self.S * self.D * self.es
+        v = self.B * self.Hk * self.S * self.Dv * self.es
+        grad_out = self.B * self.Hq * self.L * self.Dv * self.es
         mask_elems = self.B * self.L * self.S
         mask = np.where(self.mask_bool, mask_elems, np.where(self.mask_float, mask_elems * self.es, 0))
         if backend is not None:
@@ -84,7 +97,7 @@ class Calls:
             kind = registry.column(backend, lambda b: b.mask_input, "dense")
             mask = np.where(kind == "block_mask", 4 * 4 * blocks, mask)
             mask = np.where(kind == "none", 0, mask)  # flash-attn: window_size / cu_seqlens, no tensor
-        return [q, kv, kv, mask, np.where(self.grad, q, 0)]
+        return [q, kv, v, mask, np.where(self.grad, grad_out, 0)]
 
     def input_events(self, row: int = 0) -> list[tuple[str, str, int]]:
         """How validation/call/protocol.py's make_inputs allocates one call's inputs, in order: q, k, v, the mask
@@ -110,4 +123,5 @@ class Calls:
                    bf16=np.bool_(call.dtype == "bfloat16"), causal=np.bool_(call.causal and not structured),
                    mask_bool=np.bool_(kind == "bool" or structured), mask_float=np.bool_(kind == "float"),
                    dropout=np.float64(call.dropout), grad=np.bool_(call.training), W=i(window), docs=i(documents),
-                   scausal=np.bool_(call.causal and structured))
+                   scausal=np.bool_(call.causal and structured),
+                   Dv0=i(call.v_head_dim or 0))

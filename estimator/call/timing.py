@@ -118,13 +118,15 @@ def _query_tile(c: Calls, backend):
                     np.where(backend == "flash", 64, 128))
 
 
-def _head_dim_executed(c: Calls, backend):
+def _head_dim_executed(c: Calls, backend, width=None):
     """head_dim the kernel runs at: FA2 instantiates 32, 64, ..., 256; the efficient kernel 64, 128, else
     multiples of 32 (gmem kernels); cuDNN's Hopper kernels 64, 128 and 256 (a head_dim of 80 or 96 runs the 128
-    kernel, 160 or 192 the 256 one: its fit rows with such head_dims ran 1.4-2.7x their counted FLOPs)."""
-    eff = np.where(c.D <= 64, 64, np.where(c.D <= 128, 128, round_up(c.D, 32)))
-    cud = np.where(c.D <= 64, 64, np.where(c.D <= 128, 128, round_up(c.D, 128)))
-    return np.where(np.isin(backend, ("flash", "flex")), round_up(c.D, 32),
+    kernel, 160 or 192 the 256 one: its fit rows with such head_dims ran 1.4-2.7x their counted FLOPs).
+    `width`: another width to round the same way (v's, Dv); default head_dim."""
+    D = c.D if width is None else width
+    eff = np.where(D <= 64, 64, np.where(D <= 128, 128, round_up(D, 32)))
+    cud = np.where(D <= 64, 64, np.where(D <= 128, 128, round_up(D, 128)))
+    return np.where(np.isin(backend, ("flash", "flex")), round_up(D, 32),
                     np.where(backend == "efficient", eff, cud))
 
 
@@ -155,7 +157,10 @@ def executed_tile_flops(c: Calls, backend, executed, sms: int, per_score: bool =
         float(c.B) * float(c.Hq) * lp * sp * d * frac
     fwd_ctas = c.B * c.Hq * cdiv(c.L, mt)
     bwd_ctas = c.B * c.Hq * cdiv(c.S, nt_b)
-    kf, kb = (score_passes[0] / d, score_passes[1] / d) if per_score else (4.0, 10.0)
+    # per q/k-width score element: forward 2·(Dq + Dv), backward 2·(3·Dq + 2·Dv) at the executed widths (4 and 10
+    # where v is as wide as q and k)
+    rv = _head_dim_executed(c, backend, c.Dv).astype(np.float64) / d
+    kf, kb = (score_passes[0] / d, score_passes[1] / d) if per_score else (2.0 * (1.0 + rv), 6.0 + 4.0 * rv)
     fwd = kf * base * np.where(np.isin(backend, SPLIT_KV), 1.0, wave_factor(fwd_ctas, sms))
     bwd = np.where(c.grad, kb * base * wave_factor(bwd_ctas, sms), 0.0)
     fused = np.isin(backend, registry.FUSED)
@@ -166,8 +171,8 @@ def hbm_bytes(c: Calls, backend):
     """Bytes a fused kernel moves through HBM: q, k, v and out (≈3× that for backward), plus an attn_mask: a bool
     mask's conversion to the input dtype (read 1 B, write es per element of (B, 1, L, S)) and the bias read once
     per query head (again in backward). math and eager: their op chain's bytes instead (`chain_terms`)."""
-    qo = 2 * c.B * c.Hq * c.L * c.D * c.es
-    kv = 2 * c.B * c.Hk * c.S * c.D * c.es
+    qo = c.B * c.Hq * c.L * (c.D + c.Dv) * c.es  # q at Dq, out at Dv
+    kv = c.B * c.Hk * c.S * (c.D + c.Dv) * c.es  # k at Dq, v at Dv
     p = c.B * c.Hq * c.L * c.S
     ls = c.B * c.L * c.S
     masked = (c.mask_bool | c.mask_float) & (backend != "flex")  # flex reads its BlockMask, not a dense mask

@@ -41,9 +41,19 @@ def attention_call(inputs: PlanInputs, span: int | None = None, **changes) -> At
     fields = dict(batch=inputs.batch_per_gpu, q_heads=inputs.q_heads_per_gpu, kv_heads=inputs.kv_heads_per_gpu,
                   head_dim=inputs.model.head_dim, q_len=q_len, kv_len=kv_len, dtype=inputs.dtype, causal=causal,
                   mask="none", mode="forward_backward" if inputs.mode == "training" else "forward",
-                  backend=inputs.backend)
+                  backend=inputs.backend, v_head_dim=value_width(inputs))
     fields.update(changes)
     return AttentionCall(**fields)
+
+
+def value_width(inputs: PlanInputs) -> int | None:
+    """v's width in the attention call where it differs from q's and k's (MLA: 128 against 192), else None.
+    transformers 5.17 passes v at its own width to SDPA and eager (models/deepseek_v2 `expand_kv`), and pads it to
+    the q/k width for flash-attn (integrations/flash_attention.py, cropping the output after)."""
+    m = inputs.model
+    if m.v_head == m.head_dim or inputs.backend == "flash-attn":
+        return None
+    return m.v_head
 
 
 def dense_mask(inputs: PlanInputs, window: int | None) -> bool:

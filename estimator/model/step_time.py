@@ -407,7 +407,8 @@ def _decode_pass(st: _Step, backend: str | None = None, static: bool = False) ->
         frac_moe = m.moe_layers / m.layers if m.layers else 0.0
         S = cdiv(a.span, inputs.cp) if a.window else cdiv(inputs.seq_len, inputs.cp)
         kv_dtype = inputs.kv_dtype if inputs.kv_dtype in DTYPE_BITS else dtype
-        kv_bytes = 2 * b * inputs.kv_heads_per_gpu * S * m.head_dim * passes.element_bytes(kv_dtype)
+        # k at the q/k width, v at its own (MLA: 192 + 128)
+        kv_bytes = b * inputs.kv_heads_per_gpu * S * (m.head_dim + m.v_head) * passes.element_bytes(kv_dtype)
         dcore = 0.0 if st.unsupported else kern.decode_attention_ms(backend, kv_bytes)
         for moe, count in ((False, a.layers * (1 - frac_moe)), (True, a.layers * frac_moe)):
             if count <= 0:

@@ -493,3 +493,28 @@ def test_the_same_rows_in_two_device_calls_differ_in_decode_not_in_prefill():
     assert len(m) == 8
     assert ((m.time_prefill_ms_b / m.time_prefill_ms_a - 1).abs() <= 0.03).all()
     assert (m.decode_ms_per_token_a / m.decode_ms_per_token_b).max() >= 1.5
+
+
+def test_decode_misses_share_the_slow_host_calls_not_the_model():
+    """docs/plan.md: the headline decode rows outside 30% all come from the two device calls whose host was slow,
+    and inside those calls steps with and without a cuDNN graph build are slowed alike (the host's speed, not a
+    per-graph cost)."""
+    import numpy as np
+
+    from validation.model.model_report import compare
+
+    slow_calls = {"h200_hf_long_heldout", "h200_hf_long_heldout2"}
+    misses, slow = [], []
+    for name in DECODE_SETS:
+        r = compare(pd.read_csv(DATA / f"{name}.csv"))
+        r = r[r.decode_err.notna()]
+        ratio = 1 / (1 + r.decode_err)
+        builds = (r.planned_decode_ms - r["planned_decode steady_ms"]) > 1
+        misses += [name] * int((r.decode_err.abs() > 0.3).sum())
+        if name in slow_calls:
+            slow += list(zip(ratio, builds, strict=True))
+    assert len(misses) >= 10 and set(misses) <= slow_calls
+    with_build = np.median([x for x, b in slow if b])
+    without = np.median([x for x, b in slow if not b])
+    assert with_build > 1.25 and without > 1.25
+    assert abs(with_build / without - 1) < 0.1

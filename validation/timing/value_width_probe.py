@@ -143,6 +143,7 @@ def main(argv=None) -> None:
             break
         try:
             route(rows, B, H, Hk, sq, skv, d, dv, causal, variant)
+            _write(a.out, rows, env)  # after every shape: a run cut short by its timeout keeps what it measured
         except Exception as exc:  # noqa: BLE001
             print(f"route {variant} {sq}x{skv}: {typed_line(exc, 200)}")
     i = 0
@@ -154,11 +155,15 @@ def main(argv=None) -> None:
         except Exception as exc:  # noqa: BLE001
             print(f"host cycle {i}: {typed_line(exc, 200)}")
         i += 1
-    with open(a.out, "w", newline="") as f:
+    _write(a.out, rows, env)
+    print(f"wrote {len(rows)} rows to {a.out}")
+
+
+def _write(path, rows, env) -> None:
+    with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
         w.writeheader()
         w.writerows({**r, **env} for r in rows)
-    print(f"wrote {len(rows)} rows to {a.out}")
 
 
 if __name__ == "__main__":

@@ -2,11 +2,13 @@
 re-planned with estimator/serve/memory.py under the row's settings (on the total memory the log printed, where it
 printed one). A row marked `agrees` must come within AGREEMENT of the logged pool; a row marked `disagrees` must
 stay outside it, so that the documented reason (docs/serving.md, the row's `why`) stays true. Logged weights must
-match the planned weights within 1%."""
+match the planned weights within 1%. A row's `model_overrides` (JSON) sets ModelSpec fields of its preset, for a
+model of the same architecture at other sizes."""
 
 from __future__ import annotations
 
 import csv
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,7 +31,10 @@ def rows() -> list[dict]:
 
 def replan(row: dict):
     tp = int(row["tp"])
-    plan = PlanInputs(model=get_preset(row["model"]), seq_len=int(row["max_model_len"]), dtype=row["dtype"],
+    model = get_preset(row["model"])
+    if row.get("model_overrides"):  # a model of a preset's architecture at other sizes (its config.json)
+        model = replace(model, **json.loads(row["model_overrides"]))
+    plan = PlanInputs(model=model, seq_len=int(row["max_model_len"]), dtype=row["dtype"],
                       gpu=row["gpu"], tp=tp, gpus=tp)
     config = resolve_config(EngineConfig(engine=row["engine"], memory_fraction=row["memory_fraction"],
                                          block_size=row["block_size"], max_batch_tokens=row["max_batch_tokens"],

@@ -130,12 +130,19 @@ def parameter_tensor_bytes(inputs: PlanInputs) -> list[int] | None:
     """The parameter tensors of a dense transformers decoder on one GPU, in the order the model registers (and
     `.to(device)` moves) them: the embedding, per layer the attention projections (weight then bias), q/k norms,
     the MLP, the layer norms, then the final norm and the LM head (absent when tied). Shapes from
-    estimator/model/layer_passes.py `linear_shapes`. None for mixture-of-experts and latent-attention models, whose
-    expert and latent tensors transformers lays out differently."""
+    estimator/model/layer_passes.py `linear_shapes`. A mixture of experts whose every layer is one routed block
+    without shared experts or biases (Mixtral, Qwen3-MoE) holds, in place of the MLP, the router's (experts, hidden)
+    weight and two fused 3-D expert tensors, (experts, 2·moe_ffn, hidden) gate_up_proj and (experts, hidden,
+    moe_ffn) down_proj (transformers 5.17 models/mixtral/modeling_mixtral.py `MixtralExperts`,
+    models/qwen3_moe/modeling_qwen3_moe.py `Qwen3MoeExperts`; the router comes after the experts in Qwen3-MoE, which
+    changes no segment: it is under 1 MiB, a small-pool block, and the expert tensors are large ones). None for
+    latent-attention models and other expert layouts (shared experts, biases, dense layers)."""
     from estimator.model.layer_passes import linear_shapes
 
     m = inputs.model
-    if m.experts or m.mla:
+    routed = bool(m.experts) and not (m.shared_experts_ffn or m.router_bias or m.expert_bias or m.dense_layers
+                                       or m.moe_layers != m.layers)
+    if m.mla or (m.experts and not routed):
         return None
     es = DTYPE_BITS[inputs.dtype] // 8
     V, H = cdiv(m.vocab, inputs.tp), m.hidden
@@ -149,16 +156,30 @@ def parameter_tensor_bytes(inputs: PlanInputs) -> list[int] | None:
                 layer.append(n * es)
     if m.qk_norm:
         layer += [m.head_dim * es, m.head_dim * es]
-    for n, k, count in mlp:
-        for _ in range(count):
-            layer.append(n * k * es)
-            if m.mlp_bias:
-                layer.append(n * es)
+    if routed:
+        E, Fe = cdiv(m.experts, inputs.ep), cdiv(m.moe_ffn, inputs.tp)
+        layer += [m.experts * H * es, E * 2 * Fe * H * es, E * H * Fe * es]
+    else:
+        for n, k, count in mlp:
+            for _ in range(count):
+                layer.append(n * k * es)
+                if m.mlp_bias:
+                    layer.append(n * es)
     layer += [norm * es] * m.norms_per_layer
     tensors = [V * H * es] + layer * m.layers + [norm * es]
     if not m.tied_embeddings:
         tensors.append(V * H * es)
     return tensors
+
+
+# The device memory outside PyTorch's allocator when hf-cb sizes its cache (`requests.py
+# get_device_and_memory_breakdown`, after the model is loaded, before any forward): device total - mem_get_info free
+# - torch.cuda.memory_reserved, 648,871,936 B in every fresh H200 process measured (25 runs:
+# validation/data/h200_serve_{heldout,heldout2,heldout4}_summary.csv and each shared process's first run in
+# h200_serve_{fit2,heldout3}_summary.csv). That is 2 MiB under CUDA_CONTEXT_BYTES (estimator/call/attention.py), read
+# after a first attention kernel had run; what the 2 MiB is was not traced. With CUDA_CONTEXT_BYTES the free memory
+# came out 2 MiB low, 2 blocks or 2 max_batch_tokens under in some runs.
+HF_CB_CONTEXT_AT_SIZING_BYTES = 648_871_936
 
 
 @lru_cache(maxsize=64)
@@ -233,7 +254,7 @@ def _hf_cb(inputs: PlanInputs, config: ResolvedConfig, available_bytes: int | No
     # the device's free memory after loading: the context and what the allocator reserved for the weights
     # (weights: the bytes allocated for them as the allocator keeps the blocks)
     weights, reserved = weights_allocator_bytes(inputs)
-    free = gpu.memory_bytes - CUDA_CONTEXT_BYTES - reserved
+    free = gpu.memory_bytes - HF_CB_CONTEXT_AT_SIZING_BYTES - reserved
     if free <= 0:
         raise ValueError(f"gpu: the weights ({weights / GIB:.2f} GiB per GPU) do not fit on {gpu.label}")
     fraction = config.memory_fraction

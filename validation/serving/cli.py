@@ -199,7 +199,7 @@ def summarise(run_id: str, args, run, weights_bytes, requests: list, predicted: 
             s[f"pred_{k}"] = v
         mem = predicted["result"].memory
         s.update(pred_num_blocks=mem.num_blocks, pred_max_batch_tokens=mem.max_batch_tokens,
-                 pred_peak_allocated_bytes=predicted["result"].peak_bytes)
+                 pred_peak_allocated_bytes=predicted["result"].peak_bytes - mem.context_bytes)  # as torch counts it
     return s
 
 

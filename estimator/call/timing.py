@@ -85,6 +85,18 @@ POWER_CAP_AFTER_MS = 20.0
 # masked rate (of 1.0-2.0, 1.5-1.55 gave those calls the lowest median |error|), and the factors refitted with it
 # (backward factors unchanged). Backward is left at the masked rate: its four such fit calls are too few to set it.
 MASKED_WIDE_SLOWDOWN = 1.5
+# cuDNN's Hopper forward (cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64: 64 query rows a
+# CTA) costs a CTA at least CUDNN_FWD_CTA_MS whatever its work: a call of many tiny attention problems (Swin's 7x7
+# windows: B·windows·heads problems of 49 queries and 49 keys, one CTA each) is a chain of ceil(CTAs / SMs) waves of
+# that latency, not its FLOPs. 7.0 us is Swin-B's 24 window calls at 2240 px (198,400 CTAs, 10.59 ms of cuDNN kernel
+# in torch.profiler) and gives 2.64 ms for its 1120 px image (2.73 ms measured; validation/data/
+# h200_vision_parts_probe.jsonl); no forward of the call fit sets with >= 1,000 CTAs ran under this floor (the
+# closest: 8x32 heads of 512 causal queries, 2,048 CTAs, 0.124 ms against a floor of 0.112 + overhead).
+CUDNN_FWD_CTA_MS = 0.007
+CUDNN_FWD_QUERY_ROWS = 64
+# the floor is kernel time; a timed call adds one launch between its CUDA events (~10 us). The floor bounds the whole
+# call from below rather than adding to the fitted terms, whose overhead_ms already holds part of small calls' latency
+CTA_FLOOR_EVENT_MS = 0.01
 # (flop_fit 16-bit, flop_fit fp32, masked_flop_fit, bw_fit, exp_fit, dropout_fit, gemm_fit, wide_flop_fit,
 # short_query_fit, power_cap_fit, host_ms_per_kernel, ms_per_dq_step, overhead_ms) per (backend, forward_backward):
 # the fit described in the module docstring (a factor 1000: the term came out free; a factor no row of the group
@@ -280,6 +292,14 @@ def dq_lock_steps(c: Calls, backend, sms: int):
     return np.where((np.asarray(backend) == "efficient") & c.grad, steps, 0.0)
 
 
+def cta_floor_ms(c: Calls, backend, sms: int):
+    """The cuDNN forward's per-CTA latency floor (CUDNN_FWD_CTA_MS a wave of CTAs); 0 for other backends and for
+    training calls (not measured there)."""
+    ctas = c.B * c.Hq * cdiv(c.L, CUDNN_FWD_QUERY_ROWS)
+    waves = cdiv(ctas, sms).astype(np.float64) if hasattr(ctas, "astype") else float(cdiv(ctas, sms))
+    return np.where((np.asarray(backend) == "cudnn") & ~c.grad, waves * CUDNN_FWD_CTA_MS, 0.0)
+
+
 def combine(gpu_ms, host_ms, serial_ms, overhead_ms):
     """A call's time: the longest of the host's dispatch of its kernels (the GPU runs behind the host; a call of
     short kernels waits for their launches), the GPU's work, and a serialized chain inside a kernel (the
@@ -301,5 +321,7 @@ def time_ms(c: Calls, backend, executed, gpu: GPU):
         host = np.where(sel, per_kernel, host)
         step = np.where(sel, per_step, step)
         overhead = np.where(sel, oh, overhead)
-    return combine(np.sum(terms / fit, axis=-1), host * host_kernels(c, backend),
-                   step * dq_lock_steps(c, backend, gpu.sm_count), overhead)
+    modelled = combine(np.sum(terms / fit, axis=-1), host * host_kernels(c, backend),
+                        step * dq_lock_steps(c, backend, gpu.sm_count), overhead)
+    floor = cta_floor_ms(c, backend, gpu.sm_count)
+    return np.where(floor > 0, np.maximum(modelled, floor + CTA_FLOOR_EVENT_MS), modelled)

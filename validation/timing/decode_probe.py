@@ -185,7 +185,7 @@ def main(argv=None) -> None:
                 hf_part(hrows, S0, steps=16 if a.hf_compiled_only else 10, compiled_only=a.hf_compiled_only)
             except Exception as exc:  # noqa: BLE001  (a failed part is reported, the rest still runs)
                 print(f"hf part at {S0}: {typed_line(exc, 240)}")
-        _write(a.hf_out, hrows, env)
+        write_rows(a.hf_out, hrows, env)
         if a.hf_compiled_only:
             return
     rows: list[dict] = []
@@ -202,12 +202,13 @@ def main(argv=None) -> None:
         for backend in ("cudnn", "flash", "efficient"):
             if time.perf_counter() < t_end:
                 _guarded(probe, rows, B, Hq, Hk, D, S0, n, backend, a.steps)
-    _write(a.out, rows, env)
+    write_rows(a.out, rows, env)
 
 
-def _write(path, rows, env) -> None:
+def write_rows(path, rows, env, columns=None) -> None:
+    """Rows (each with the run's environment columns) to a CSV of `columns` (this probe's COLUMNS by default)."""
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w = csv.DictWriter(f, fieldnames=columns or COLUMNS)
         w.writeheader()
         w.writerows({**r, **env} for r in rows)
 

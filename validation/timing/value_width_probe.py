@@ -20,7 +20,6 @@ Self-contained: torch and the standard library only (no estimator/ imports).
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import time
 
@@ -29,6 +28,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from validation.errors import typed_line
+from validation.timing.decode_probe import write_rows
 from validation.timing.host_speed import launch_us, module_call_us, python_loop_ns
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"  # a CPU run is a smoke test only
@@ -160,10 +160,7 @@ def main(argv=None) -> None:
 
 
 def _write(path, rows, env) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        w.writerows({**r, **env} for r in rows)
+    write_rows(path, rows, env, COLUMNS)
 
 
 if __name__ == "__main__":

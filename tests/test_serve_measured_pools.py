@@ -3,7 +3,7 @@ HELD-OUT sets measured each in a fresh process (validation/serving/cases/h200_he
 h200_heldout4.txt; validation/data/h200_serve_<set>_summary.csv) re-planned with the same model config, knobs and
 workload. The engine sizes its cache from the device's free memory after loading, which the plan takes as capacity
 - the memory outside PyTorch at that point (estimator/serve/memory.py HF_CB_CONTEXT_AT_SIZING_BYTES) - what the
-caching allocator reserves for the weights (weights_allocator_bytes): num_blocks and max_batch_tokens must come out
+caching allocator reserves for the weights (serve/weights.py): num_blocks and max_batch_tokens must come out
 exact; the peak allocated memory (the planned peak without the CUDA context) within 3% of
 torch.cuda.max_memory_allocated."""
 

@@ -159,7 +159,7 @@ def test_weights_allocator_slack_matches_the_h200(name, layers, measured_mib):
     """Reserved minus allocated after loading, as serve-gpu measured it on the H200
     (validation/data/h200_serve_heldout_summary.csv: reserved_before_bytes - weights_bytes, one row per model;
     mixtral-8x7b at 8 layers, its fused 3-D expert tensors: h200_serve_heldout4_summary.csv): within 0.5 MiB."""
-    from estimator.serve.memory import weights_allocator_bytes
+    from estimator.serve.weights import weights_allocator_bytes
 
     model = get_preset(name)
     if layers:

@@ -77,6 +77,31 @@ def test_swin_training_runs_the_memory_efficient_kernel_and_its_window_ops():
         sum(p.plan.prefill_time_ms + p.extra_ms for p in inference.parts), rel=1e-3)
 
 
+def test_swin_prefill_prices_its_window_call_with_the_float_bias():
+    """transformers hands SDPA the relative-position bias as a float mask: the masked cuDNN forward's per-CTA
+    floor, which the stage budget's unmasked call does not have, is in the plan, and it grows with the windows."""
+    from estimator.call.attention import estimate_call
+    from estimator.call.config import AttentionCall
+    from estimator.model.inputs import gpu_of
+    from estimator.model.vision_swin import _bias_call_ms
+
+    plan = _swin("inference", 2240)
+    base = plan.parts[0].plan.inputs
+    call = AttentionCall(batch=1024, q_heads=6, kv_heads=6, head_dim=32, q_len=49, kv_len=49, dtype="bfloat16",
+                         causal=False, mask="float", mode="forward", backend="auto")
+    est = estimate_call(call, gpu_of(base), base.torch_version)
+    assert est.selected_backend == "cudnn"
+    small = _bias_call_ms(call, est, gpu_of(base), base)
+    big_call = AttentionCall(**{**call.__dict__, "batch": 4096})
+    big = _bias_call_ms(big_call, estimate_call(big_call, gpu_of(base), base.torch_version), gpu_of(base), base)
+    assert 0 < small < big
+    unmasked = AttentionCall(**{**call.__dict__, "mask": "none"})
+    assert _bias_call_ms(unmasked, estimate_call(unmasked, gpu_of(base), base.torch_version), gpu_of(base),
+                         base) == 0.0
+    # the delta is in the plan: every stage's extra time holds its blocks' bias-call cost
+    assert all(p.extra_ms > 0 for p in plan.parts)
+
+
 def _breakdown():
     rows = [json.loads(line) for line in (VDATA / "h200_hf_vision_breakdown.jsonl").read_text().splitlines()]
     return [r for r in rows if "family" in r]

@@ -42,7 +42,8 @@ def swin_plan(req: VisionRequest, tokens: dict) -> VisionPlan:
                            "attention with its float relative-position bias: " +
                            "; ".join(r for rs in est.reasons.values() for r in rs)[:300])
         params = m.params if i == 0 else 0
-        extra = swin_block_extras_ms(req, i, s, plan) * m.depths[i] + _merge_ms(req, i, s, len(stages), plan)
+        extra = ((swin_block_extras_ms(req, i, s, plan) + _bias_call_ms(call, est, gpu, base)) * m.depths[i]
+                 + _merge_ms(req, i, s, len(stages), plan))
         parts.append(Part(name=f"stage {i + 1}", params=params, trainable=training, plan=plan, tokens=s.tokens,
                           extra_ms=extra))
         # bias + shift mask, per shifted block (the bias alone, (1, heads, w², w²), broadcasts: no copy)
@@ -147,6 +148,21 @@ def swin_block_extras_ms(req: VisionRequest, i: int, s, plan) -> float:
     kernels += BIAS_GATHER_KERNELS + (SHIFT_MASK_KERNELS // 2 if s.shifted else 0)
     host = kernels * DECODE_KERNEL_HOST_MS
     return gpu if training else max(gpu, host)
+
+
+def _bias_call_ms(call: AttentionCall, est, gpu, base) -> float:
+    """What the window call costs beyond the unmasked call the stage's encoder budget prices: transformers 5.17
+    SwinSelfAttention.forward hands SDPA the relative-position bias (plus the shift mask) as a float
+    `attn_mask`, so the kernel reads a bias, and cuDNN's masked forward runs one CTA per (batch·window, head)
+    problem at its per-CTA floor (estimator/call/timing.py `cta_floor_ms`). Same backend, same shape, the mask
+    the only difference; 0 where either call has no time."""
+    if not est.supported or est.time_ms is None:
+        return 0.0
+    backend = est.selected_backend if call.backend != "eager" else "eager"
+    plain = estimate_call(replace(call, mask="none", backend=backend), gpu, base.torch_version)
+    if not plain.supported or plain.time_ms is None:
+        return 0.0
+    return max(est.time_ms - plain.time_ms, 0.0)
 
 
 def _merge_ms(req: VisionRequest, i: int, s, n_stages: int, plan) -> float:

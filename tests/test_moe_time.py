@@ -66,5 +66,10 @@ def test_profile_case_parsing():
     assert parse_case("mixtral-8x7b:2:sdpa:4096:train")["seq_len"] == 4096
     with pytest.raises(ValueError, match="--case"):
         parse_case("mixtral-8x7b:2:sdpa")
+    assert parse_case("mixtral-8x7b:2:sdpa:4096")["batch"] == 1
+    decode = parse_case("mixtral-8x7b:4:sdpa:8192:decode:b4")
+    assert (decode["mode"], decode["batch"], decode["seq_len"]) == ("decode", 4, 8192)
+    with pytest.raises(ValueError, match="--case"):
+        parse_case("mixtral-8x7b:4:sdpa:8192:b0")
     assert kind_of("cutlass::device_kernel<GroupProblemShape>") == "grouped_gemm"
     assert kind_of("void at::native::elementwise_kernel<128, 4, masked_fill_kernel>") == "elementwise"

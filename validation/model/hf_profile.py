@@ -3,11 +3,13 @@ time model's kernel classes against what really runs. Self-contained: torch, tra
 
     python -m validation.hf_profile --case mixtral-8x7b:2:sdpa:16384 [--case ...] --out OUT.csv [--device cuda]
 
-A case is FAMILY:LAYERS:ATTN_IMPLEMENTATION:SEQ_LEN[:train|:decode] (batch 1, bf16 weights, as
+A case is FAMILY:LAYERS:ATTN_IMPLEMENTATION:SEQ_LEN[:train|:decode][:bBATCH] (batch 1 unless bBATCH, bf16 weights, as
 `validation.model.hf_models` builds it from `validation.model.hf_configs`); `:train` profiles a forward with labels
 and its backward (bf16-true, no optimizer) instead of a prefill; `:decode` profiles DECODE_STEPS single-token steps on
 the prefill's KV cache (after the same steps have run once, so every per-length cuDNN graph is built): wall_ms is
-then the median wall time of one step and gpu_ms / calls are totals over the steps (the `steps` column). Each case:
+then the median wall time of one step, new_ms the median of the first run's steps (each at a key length the
+process had not seen: one cuDNN graph build per distinct layer shape), and gpu_ms / calls are totals over the
+steps (the `steps` column). Each case:
 one warm-up, the wall time of a second, then a third under the profiler. Rows (one per kernel name): case,
 family, layers, attn_implementation, seq_len, mode, steps, wall_ms (the second prefill or step), kernel, kind
 (gemm | grouped_gemm | attention | elementwise | reduce | index | copy | other, from the kernel's name), calls,
@@ -27,7 +29,8 @@ from validation.errors import typed_line
 from validation.model.hf_configs import family_config, to_hf_config
 
 DECODE_STEPS = 8
-COLUMNS = ["case", "family", "layers", "attn_implementation", "seq_len", "mode", "steps", "wall_ms", "kernel", "kind",
+COLUMNS = ["case", "family", "layers", "attn_implementation", "seq_len", "batch", "mode", "steps", "wall_ms", "new_ms",
+           "kernel", "kind",
            "calls", "gpu_ms", "share", "torch_version", "transformers_version", "device_name"]
 
 # (substring of a CUDA kernel name, kind): the first match wins
@@ -46,11 +49,14 @@ def kind_of(name: str) -> str:
 
 def parse_case(text: str) -> dict:
     parts = text.split(":")
+    batch = 1
+    if len(parts) > 4 and parts[-1][:1] == "b" and parts[-1][1:].isdigit() and int(parts[-1][1:]) > 0:
+        batch = int(parts.pop()[1:])
     if len(parts) not in (4, 5) or (len(parts) == 5 and parts[4] not in ("train", "decode")):
-        raise ValueError(f"--case {text!r}: expected FAMILY:LAYERS:ATTN_IMPLEMENTATION:SEQ_LEN[:train|:decode]")
+        raise ValueError(f"--case {text!r}: expected FAMILY:LAYERS:ATTN_IMPLEMENTATION:SEQ_LEN[:train|:decode][:bBATCH]")
     family, layers, impl, seq = parts[:4]
     return {"case": text, "family": family, "layers": int(layers), "attn_implementation": impl, "seq_len": int(seq),
-            "mode": parts[4] if len(parts) == 5 else "prefill"}
+            "batch": batch, "mode": parts[4] if len(parts) == 5 else "prefill"}
 
 
 def profile_case(case: dict, device: str) -> list[dict]:
@@ -61,7 +67,7 @@ def profile_case(case: dict, device: str) -> list[dict]:
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(to_hf_config(cfg), attn_implementation=case["attn_implementation"],
                                                  dtype=torch.bfloat16)
-    ids = torch.randint(0, cfg["vocab_size"], (1, case["seq_len"]), device=device)
+    ids = torch.randint(0, cfg["vocab_size"], (case["batch"], case["seq_len"]), device=device)
     if case["mode"] == "train":
         model.train()
 
@@ -78,7 +84,7 @@ def profile_case(case: dict, device: str) -> list[dict]:
     steps = 1
     if case["mode"] == "decode":
         steps = DECODE_STEPS
-        tok = torch.randint(0, cfg["vocab_size"], (1, 1), device=device)
+        tok = torch.randint(0, cfg["vocab_size"], (case["batch"], 1), device=device)
 
         def run():  # the decode steps on a fresh prefill's cache; returns the wall ms of each step
             with torch.no_grad():
@@ -92,7 +98,8 @@ def profile_case(case: dict, device: str) -> list[dict]:
                     walls.append((time.perf_counter() - t) * 1e3)
                 return walls
 
-        run()
+        new = sorted(run())
+        new_ms = new[len(new) // 2]
         walls = sorted(run())
         wall_ms = walls[len(walls) // 2]
         with torch.no_grad():
@@ -104,6 +111,7 @@ def profile_case(case: dict, device: str) -> list[dict]:
             torch.cuda.synchronize()
         cache = None
     else:
+        new_ms = None
         prefill()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -125,8 +133,9 @@ def profile_case(case: dict, device: str) -> list[dict]:
 
     rows = []
     for name, (calls, ms) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
-        rows.append({**case, "steps": steps, "wall_ms": round(wall_ms, 3), "kernel": name[:200], "kind": kind_of(name),
-                     "calls": calls, "gpu_ms": round(ms, 4), "share": round(ms / gpu_ms, 4),
+        rows.append({**case, "steps": steps, "wall_ms": round(wall_ms, 3),
+                     "new_ms": round(new_ms, 3) if new_ms is not None else "", "kernel": name[:200],
+                     "kind": kind_of(name), "calls": calls, "gpu_ms": round(ms, 4), "share": round(ms / gpu_ms, 4),
                      "torch_version": torch.__version__, "transformers_version": transformers.__version__,
                      "device_name": torch.cuda.get_device_name()})
     model = ids = prof = None  # noqa: F841 - freed before the next case

@@ -176,3 +176,26 @@ def test_qwen25_training_pays_the_per_window_calls_forward_and_backward():
     windowed = next(p for p in plan.parts if p.name == "vision tower windowed blocks")
     calls = 64  # 896 px: 64 x 64 patches, 8 x 8 windows
     assert tower_block_extras_ms(spec, windowed.plan, calls) >= 2 * 3 * calls * DECODE_KERNEL_HOST_MS
+
+
+def test_an_eager_attention_core_is_its_op_chains_kernels_on_the_host():
+    """Eager attention runs its op chain (bmm, scale, bias add, softmax, bmm) as separate kernels, each one host
+    dispatch in a host-bound encoder forward; a fused SDPA kernel is counted as 3 launches."""
+    from estimator.model.layer_attention import attention_layers
+    from estimator.model.step_time import core_kernels
+
+    spec = VISION_PRESETS["swin-b"]
+    for backend, expect_more in (("eager", True), ("auto", False)):
+        inputs = PlanInputs(model=spec.stage_spec(2), seq_len=49, batch=64, gpu="h200", backend=backend)
+        a = attention_layers(inputs)[0]
+        n = core_kernels(a, "eager" if backend == "eager" else a.timing.selected_backend)
+        assert (n > 3) is expect_more, (backend, n)
+    eager = _swin_backend("eager")
+    sdpa = _swin_backend("auto")
+    assert eager.prefill_time_ms > sdpa.prefill_time_ms  # more kernels, host-bound at batch 1
+
+
+def _swin_backend(backend):
+    spec = VISION_PRESETS["swin-b"]
+    base = PlanInputs(model=spec.stage_spec(0), seq_len=1, gpu="h200", backend=backend)
+    return vision_plan(VisionRequest(model=spec, base=base, image_size=(1120, 1120)), solve=False)

@@ -285,6 +285,20 @@ def _flash_runs_decode(inputs: PlanInputs, gpu: GPU) -> bool:
     return bool(est.supported)
 
 
+def core_kernels(a: LayerAttention, backend: str) -> int:
+    """Kernels one layer's attention core launches in a forward: eager's and math's op chain (bmm, scale, mask
+    add, softmax, casts, bmm: estimator/call/op_chain.py `kernel_count`), each one more host dispatch of the
+    whole model; a fused kernel's few launches are 3 (`layer_passes.layer_forward`'s default)."""
+    from estimator.call import registry
+    from estimator.call.op_chain import kernel_count
+    from estimator.call.shapes import Calls
+
+    if a.timing is None or backend not in registry.OP_CHAIN:
+        return 3
+    call = replace(a.timing.call, mode="forward")
+    return max(3, int(kernel_count(Calls.from_call(call), backend)))
+
+
 def _forward_pass(st: _Step) -> tuple[passes.Pass, list, int]:
     """The prefill, or the training forward: every layer kind (by window, dense and MoE in proportion) and the
     model level. Also returns each layer kind's pass (for the backward) and the rows the head computes."""
@@ -298,7 +312,8 @@ def _forward_pass(st: _Step) -> tuple[passes.Pass, list, int]:
         for moe, count in ((False, a.layers * (1 - frac_moe)), (True, a.layers * frac_moe)):
             if count <= 0:
                 continue
-            lp = passes.layer_forward(inputs, kern, T, dtype, autocast, moe, st.core(a, which_fwd), backend)
+            lp = passes.layer_forward(inputs, kern, T, dtype, autocast, moe, st.core(a, which_fwd), backend,
+                                      core_kernels(a, backend))
             if ft.frozen(inputs):  # LoRA / QLoRA adapters, QLoRA's dequantisation (finetune_time.py)
                 ft.adapter_forward(lp, kern, inputs, T, autocast)
                 g, kn = ft.dequantise_ms(kern, inputs)

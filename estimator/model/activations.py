@@ -174,11 +174,16 @@ def training_peak(inputs: PlanInputs, attn: list[LayerAttention], z: Sizes,
                                                   head_grad + (m.layers - 1) * layer_grad)),
                   ("end of backward", phase(detail["model_level_bytes"], 0, grads))]
     backward_peak = max((p for _, p in phases), key=lambda p: sum(p.values()))
+    # the same forward/backward with the weights frozen (requires_grad False, the gradient still flowing through:
+    # a VLM's language model under `--trainable projector`): no weight gradients, so the peak is the phase with the
+    # most activations and live weight casts (each Linear keeps its cast weight for grad_input)
+    frozen_peak = max(p["activations"] + p["weight_casts"] for _, p in phases)
     phases.append(("optimizer step", step))
     name, peak = max(phases, key=lambda p: sum(p[1].values()))
     return peak, {**detail, "weight_casts_bytes": casts_all,
                   "backward_peak_activations_bytes": backward_peak["activations"],
                   "backward_peak_bytes": sum(backward_peak.values()),
+                  "backward_peak_frozen_bytes": frozen_peak,
                   "peak_phase_" + name.replace(" ", "_"): sum(peak.values())}
 
 

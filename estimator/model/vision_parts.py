@@ -217,6 +217,8 @@ def _backward_peak(plan: Plan, with_grads: bool) -> int:
     d = plan.activation_detail
     if with_grads:
         return d.get("backward_peak_bytes", plan.activation_bytes)
+    if "backward_peak_frozen_bytes" in d:  # the weights frozen: no gradient decides the peak phase
+        return d["backward_peak_frozen_bytes"]
     return d.get("backward_peak_activations_bytes", plan.activation_bytes) + d.get("weight_casts_bytes", 0)
 
 

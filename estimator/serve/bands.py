@@ -2,10 +2,11 @@
 
 Each band is (simulated - measured) / measured, its lowest and highest value over every run of the held-out sets
 measured after the step-time model was final (validation/data/h200_serve_heldout4_summary.csv,
-h200_serve_heldout5_summary.csv and h200_serve_heldout6_summary.csv: 18 runs of 9 families, MoE included, each in
-its own process, each case list committed before it was measured and nothing fitted on them); tests/test_serve_bands.py recomputes it
-with `python -m validation.serving.compare`. A negative band means the simulation was faster than the engine: the
-engine's figure is simulated / (1 + error), so for TPOT P50 the measured value ran 0.63-1.76x the simulated one.
+h200_serve_heldout5_summary.csv and h200_serve_heldout6_summary.csv: 18 runs of 9 families, MoE included, each in its
+own process, each case list committed before it was measured and nothing fitted on them); tests/test_serve_bands.py
+recomputes it with `python -m validation.serving.compare`. A negative band means the simulation was faster than the
+engine: the engine's figure is simulated / (1 + error), so for TPOT P50 the measured value ran 0.63-1.76x the
+simulated one.
 Other engines have no measurement behind their times: no band is claimed for them.
 """
 

@@ -6,13 +6,13 @@ time model's kernel classes against what really runs. Self-contained: torch, tra
 A case is FAMILY:LAYERS:ATTN_IMPLEMENTATION:SEQ_LEN[:train|:decode][:bBATCH] (batch 1 unless bBATCH, bf16 weights, as
 `validation.model.hf_models` builds it from `validation.model.hf_configs`); `:train` profiles a forward with labels
 and its backward (bf16-true, no optimizer) instead of a prefill; `:decode` profiles DECODE_STEPS single-token steps on
-the prefill's KV cache (after the same steps have run once, so every per-length cuDNN graph is built): wall_ms is
-then the median wall time of one step, new_ms the median of the first run's steps (each at a key length the
-process had not seen: one cuDNN graph build per distinct layer shape), and gpu_ms / calls are totals over the
-steps (the `steps` column). Each case:
-one warm-up, the wall time of a second, then a third under the profiler. Rows (one per kernel name): case,
-family, layers, attn_implementation, seq_len, mode, steps, wall_ms (the second prefill or step), kernel, kind
-(gemm | grouped_gemm | attention | elementwise | reduce | index | copy | other, from the kernel's name), calls,
+the prefill's KV cache (after the same steps have run once, so every per-length cuDNN graph is built): wall_ms is then
+the median wall time of one step, new_ms the median of the first run's steps (each at a key length the process had not
+seen: one cuDNN graph build per distinct layer shape), and gpu_ms / calls are totals over the steps (the `steps`
+column). Each case: one warm-up, the wall time of a second, then a third under the profiler. Rows (one per kernel
+name): case, family, layers, attn_implementation, seq_len, batch, mode, steps, wall_ms (the second prefill or step),
+new_ms, kernel,
+kind (gemm | grouped_gemm | attention | elementwise | reduce | index | copy | other, from the kernel's name), calls,
 gpu_ms (sum of the kernel's CUDA time), share (of the profiled GPU time).
 """
 
@@ -53,7 +53,8 @@ def parse_case(text: str) -> dict:
     if len(parts) > 4 and parts[-1][:1] == "b" and parts[-1][1:].isdigit() and int(parts[-1][1:]) > 0:
         batch = int(parts.pop()[1:])
     if len(parts) not in (4, 5) or (len(parts) == 5 and parts[4] not in ("train", "decode")):
-        raise ValueError(f"--case {text!r}: expected FAMILY:LAYERS:ATTN_IMPLEMENTATION:SEQ_LEN[:train|:decode][:bBATCH]")
+        raise ValueError(f"--case {text!r}: expected "
+                         "FAMILY:LAYERS:ATTN_IMPLEMENTATION:SEQ_LEN[:train|:decode][:bBATCH]")
     family, layers, impl, seq = parts[:4]
     return {"case": text, "family": family, "layers": int(layers), "attn_implementation": impl, "seq_len": int(seq),
             "batch": batch, "mode": parts[4] if len(parts) == 5 else "prefill"}

@@ -101,7 +101,7 @@ CTA_FLOOR_EVENT_MS = 0.01
 # the fit described in the module docstring (a factor 1000: the term came out free; a factor no row of the group
 # exercises copies another)
 FIT_FACTORS = {
-    ("cudnn", False): (0.691, 0.691, 0.433, 1.061, 1000.0, 0.21, 1000.0, 0.971, 1.465, 1.932, 0.0, 0.0, 0.073),
+    ("cudnn", False): (0.724, 0.724, 0.434, 1.061, 0.48, 0.209, 1000.0, 0.975, 1.468, 1.822, 0.0, 0.0, 0.074),
     ("cudnn", True): (0.913, 0.913, 0.406, 2.391, 1.021, 0.313, 1000.0, 0.578, 2.02, 2.777, 0.0, 0.0, 0.339),
     ("eager", False): (1.0, 1.0, 1.0, 0.524, 1000.0, 0.851, 0.611, 1.0, 1.0, 1000.0, 0.0162, 0.0, 0.11),
     ("eager", True): (1.0, 1.0, 1.0, 0.536, 1000.0, 1.583, 0.665, 1.0, 1.0, 1000.0, 0.0512, 0.0, 0.291),
@@ -117,6 +117,19 @@ for _g in (False, True):  # flex: flash's compute rates times FLEX_FLOP_SHARE, f
     FIT_FACTORS[("flex", _g)] = (round(_f * FLEX_FLOP_SHARE, 3), round(_f32 * FLEX_FLOP_SHARE, 3),
                                  round(_m * FLEX_FLOP_SHARE, 3), _b, _e, _r, _gm, round(_w * FLEX_FLOP_SHARE, 3),
                                  round(_sq * FLEX_FLOP_SHARE, 3), round(_p * FLEX_FLOP_SHARE, 3), *_rest)
+
+# (backend, grad) whose kernel runs the softmax in warps of their own beside the MMAs of another tile (Hopper
+# warp-specialised kernels, as FlashAttention-3 does, Shah et al. 2024 §3.1; cuDNN's forward is
+# cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_*): the call takes the slower of the two pipelines, not
+# their sum, so at head_dim 128 the MMAs bound it and at head_dim <= 64 (the 64-wide kernel: as many MMA FLOPs per
+# score as the exp's 1/256 rate costs) the softmax does. Its rate (exp_fit) is fitted as that branch of the max:
+# 0.43 of the nominal exp rate, the softmax's max, scale, sum and conversions beside each exp. Summed, as before,
+# the fit had priced the exp as free (its rows are nearly all head_dim 128) and cuDNN's unmasked forwards at
+# head_dim <= 64 (16 rows of the call sets, and ViT-L's 12,545-token call: 1.54-1.68 ms measured against 1.06,
+# validation/data/h200_vit_call_probe.csv) ran 18-38% longer than priced. cuDNN's backward fits a summed exp at
+# the nominal rate (1.02) and stays summed.
+OVERLAPPED_SOFTMAX = (("cudnn", False),)
+EXP_TERM = 4  # the exp term's place in time_terms' stack
 
 # query-tile rows of the forward kernel: FA2's split-KV forward kBlockM 64 (flex: 128-row blocks); cuDNN's
 # Hopper kernel 128; the efficient (CUTLASS) kernel 64 for head_dim <= 128, 32 above (its *_32x128_gmem kernels)
@@ -301,11 +314,24 @@ def cta_floor_ms(c: Calls, backend, sms: int):
     return np.where((np.asarray(backend) == "cudnn") & ~c.grad & masked, waves * CUDNN_FWD_CTA_MS, 0.0)
 
 
-def combine(gpu_ms, host_ms, serial_ms, overhead_ms):
+def combine(gpu_ms, host_ms, serial_ms, overhead_ms, softmax_ms=0.0):
     """A call's time: the longest of the host's dispatch of its kernels (the GPU runs behind the host; a call of
-    short kernels waits for their launches), the GPU's work, and a serialized chain inside a kernel (the
-    memory-efficient backward's dQ locks), plus the fixed overhead (first launch, sync)."""
-    return np.maximum(np.maximum(gpu_ms, host_ms), serial_ms) + overhead_ms
+    short kernels waits for their launches), the GPU's work, a serialized chain inside a kernel (the
+    memory-efficient backward's dQ locks) and a softmax pipeline that runs beside the MMAs (`OVERLAPPED_SOFTMAX`),
+    plus the fixed overhead (first launch, sync)."""
+    return np.maximum(np.maximum(np.maximum(gpu_ms, host_ms), serial_ms), softmax_ms) + overhead_ms
+
+
+def overlapped_softmax(c: Calls, backend):
+    """(group, branch): the calls of an `OVERLAPPED_SOFTMAX` (backend, grad), whose exp is not a term of the GPU
+    work's sum, and those of them whose softmax is a pipeline of its own in `combine` (a query of at least the
+    kernel's tile; a shorter one's walk over the keys bounds it: time_terms' short-query compute, and its padded
+    rows' softmax is not what it waits for)."""
+    backend = np.asarray(backend)
+    group = np.zeros(np.broadcast(backend, c.grad).shape, dtype=bool)
+    for name, grad in OVERLAPPED_SOFTMAX:
+        group = group | ((backend == name) & (c.grad == grad))
+    return group, group & (c.L >= _query_tile(c, backend))
 
 
 def time_ms(c: Calls, backend, executed, gpu: GPU):
@@ -322,7 +348,10 @@ def time_ms(c: Calls, backend, executed, gpu: GPU):
         host = np.where(sel, per_kernel, host)
         step = np.where(sel, per_step, step)
         overhead = np.where(sel, oh, overhead)
-    modelled = combine(np.sum(terms / fit, axis=-1), host * host_kernels(c, backend),
-                        step * dq_lock_steps(c, backend, gpu.sm_count), overhead)
+    work = terms / fit
+    group, branch = overlapped_softmax(c, backend)
+    softmax = np.where(branch, work[..., EXP_TERM], 0.0)
+    modelled = combine(np.sum(work, axis=-1) - np.where(group, work[..., EXP_TERM], 0.0), host * host_kernels(c, backend),
+                       step * dq_lock_steps(c, backend, gpu.sm_count), overhead, softmax)
     floor = cta_floor_ms(c, backend, gpu.sm_count)
     return np.where(floor > 0, np.maximum(modelled, floor + CTA_FLOOR_EVENT_MS), modelled)

@@ -24,7 +24,7 @@ import pandas as pd
 from estimator.call.attention import estimate_columns
 from estimator.call.flops import executed_flops
 from estimator.call.table import calls_from_frame
-from estimator.call.timing import combine, dq_lock_steps, host_kernels, time_terms
+from estimator.call.timing import EXP_TERM, combine, dq_lock_steps, host_kernels, overlapped_softmax, time_terms
 from estimator.hardware import get_gpu
 
 SHORT_WEIGHT = 0.25  # weight of rows under 1 ms (overhead-dominated) relative to rows >= 1 ms
@@ -71,6 +71,30 @@ def _solve_regimes(terms, branches, meas, w, iterations: int = 30):
     return coef
 
 
+# the softmax pipeline's rate (OVERLAPPED_SOFTMAX groups), as a share of the nominal exp rate: chosen from this grid
+SOFTMAX_RATE_GRID = tuple(round(0.2 + 0.01 * i, 2) for i in range(81))
+
+
+def _fit_group(t, x, m, w, used, has, nt, nb):
+    """The coefficients of one (backend, grad) group: the terms' a, ms per kernel and per dQ lock step, the softmax
+    branch (0 here: `fit` sets it), overhead ms."""
+    coef = np.zeros(nt + nb + 1)
+    sub = _solve_regimes(t[:, used], x[:, has], m, w)
+    coef[np.flatnonzero(used)] = sub[:used.sum()]
+    coef[nt + has] = sub[used.sum():-1]
+    coef[-1] = max(sub[-1], MIN_OVERHEAD_MS)
+    for j in (0, 1, 2, 7, 8):  # a term no row of the group has (fp32 on flash, masks on math) takes another's
+        if not used[j]:
+            coef[j] = coef[0 if j in (7, 8) and used[0] else 1 if j != 1 and used[1] else 0] \
+                if used[0] or used[1] else 1.0
+    return coef
+
+
+def _predict(t, x, coef, nt, with_softmax=True):
+    return combine(t @ coef[:nt], x[:, 0] * coef[nt], x[:, 1] * coef[nt + 1], coef[-1],
+                   x[:, 2] * coef[nt + 2] if with_softmax else 0.0)
+
+
 def fit(frames: list[pd.DataFrame], gpu_name: str = "h200") -> pd.DataFrame:
     gpu = get_gpu(gpu_name)
     d = pd.concat(frames, ignore_index=True)
@@ -80,7 +104,11 @@ def fit(frames: list[pd.DataFrame], gpu_name: str = "h200") -> pd.DataFrame:
     cols = estimate_columns(c, backend, gpu)
     sel = cols["selected_backend"]
     terms = time_terms(c, sel, executed_flops(c, sel), gpu)
-    branches = np.column_stack([host_kernels(c, sel) * np.ones(len(d)), dq_lock_steps(c, sel, gpu.sm_count)])
+    # a softmax beside the MMAs (timing.OVERLAPPED_SOFTMAX) is a branch of the max, not a term of the sum
+    group, branch = overlapped_softmax(c, sel)
+    softmax = np.where(branch, terms[:, EXP_TERM], 0.0)
+    terms[:, EXP_TERM] = np.where(group, 0.0, terms[:, EXP_TERM])
+    branches = np.column_stack([host_kernels(c, sel) * np.ones(len(d)), dq_lock_steps(c, sel, gpu.sm_count), softmax])
     meas = pd.to_numeric(d.measured_time_ms).to_numpy()
     out = []
     for (b, g), idx in pd.DataFrame({"b": sel, "g": c.grad}).groupby(["b", "g"]).groups.items():
@@ -90,21 +118,26 @@ def fit(frames: list[pd.DataFrame], gpu_name: str = "h200") -> pd.DataFrame:
         used = np.abs(t).sum(axis=0) > 0
         nt = terms.shape[1]
         nb = x.shape[1]
-        coef = np.zeros(nt + nb + 1)  # the terms' a, then ms per kernel and per dQ lock step, then c (ms)
-        has = np.flatnonzero(x.any(axis=0))
-        sub = _solve_regimes(t[:, used], x[:, has], m, w)
-        coef[np.flatnonzero(used)] = sub[:used.sum()]
-        coef[nt + has] = sub[used.sum():-1]
-        coef[-1] = max(sub[-1], MIN_OVERHEAD_MS)
-        for j in (0, 1, 2, 7, 8):  # a term no row of the group has (fp32 on flash, masks on math) takes another's
-            if not used[j]:
-                coef[j] = coef[0 if j in (7, 8) and used[0] else 1 if j != 1 and used[1] else 0] \
-                    if used[0] or used[1] else 1.0
-        pred = combine(t @ coef[:nt], x[:, 0] * coef[nt], x[:, 1] * coef[nt + 1], coef[-1])
+        has = np.flatnonzero(x[:, :2].any(axis=0))
+        soft = x[:, 2]
+        bound = np.zeros(len(idx), dtype=bool)  # rows the softmax pipeline bounds (OVERLAPPED_SOFTMAX groups)
+        for _ in range(4 if soft.any() else 1):  # alternate: the other terms on unbound rows, then the softmax rate
+            fit_rows = ~bound if (~bound).sum() > 2 * used.sum() else np.ones(len(idx), dtype=bool)
+            coef = _fit_group(t[fit_rows], x[fit_rows], m[fit_rows], w[fit_rows], used, has, nt, nb)
+            if not soft.any():
+                break
+            rest = _predict(t, x, coef, nt, with_softmax=False)
+            score = [(np.sum(w * (np.maximum(rest, soft / r + coef[-1]) / m - 1) ** 2), r) for r in SOFTMAX_RATE_GRID]
+            rate = min(score)[1]
+            coef[nt + 2] = 1 / rate
+            bound = soft * coef[nt + 2] + coef[-1] > rest
+        pred = _predict(t, x, coef, nt)
         big = m >= 1.0
         fitted = np.abs(pred - m) / m
         now = np.abs(cols["time_ms"][idx] - m) / m
         inv = [round(1 / v, 3) if v > 1e-3 else 1000.0 for v in coef[:nt]]
+        if x[:, 2].any():  # the overlapped softmax's rate is its branch's coefficient
+            inv[EXP_TERM] = round(1 / coef[nt + 2], 3) if coef[nt + 2] > 1e-3 else 1000.0
         out.append({"backend": b, "grad": bool(g), "rows": len(idx), "rows_1ms": int(big.sum()),
                     **dict(zip(FACTOR_NAMES, inv, strict=True)), "host_ms_per_kernel": round(coef[nt], 4),
                     "ms_per_dq_step": round(coef[nt + 1], 5), "overhead_ms": round(coef[-1], 3),

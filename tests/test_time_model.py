@@ -196,7 +196,44 @@ def test_h200_long_call_held_out_set():
 
     _, _, err, measured = _call_errors("h200_long_calls_heldout.csv")
     big = measured >= 1.0
-    assert big.sum() == 9 and float(np.median(np.abs(err[big]))) <= 0.08
+    assert big.sum() == 9 and float(np.median(np.abs(err[big]))) <= 0.06  # 7.9% before the softmax pipeline
+
+
+def test_h200_call_time_on_held_out_set_7():
+    """validation/data/h200_heldout7.csv (seed 31, committed before it was measured, after the cuDNN softmax change,
+    on a slow host): median |error| 13.0% on its SDPA and eager calls >= 1 ms; the 8% target is not met there."""
+    import numpy as np
+
+    _, cols, err, measured = _call_errors("h200_heldout7.csv")
+    big = (measured >= 1.0) & (cols["selected_backend"] != "flex")
+    assert big.sum() >= 60 and float(np.median(np.abs(err[big]))) <= 0.135
+
+
+def test_cudnn_forward_softmax_is_a_pipeline_beside_the_mmas():
+    """timing.OVERLAPPED_SOFTMAX: a prefill-shaped cuDNN forward takes the slower of its MMAs and its softmax. At
+    head_dim 64 the softmax bounds it: ViT-L's 12,545-token call measured alone (validation/data/
+    h200_vit_call_probe.csv) ran 1.54-1.68 ms where the summed fit, which priced the exp as free, said 1.06 (-31% to
+    -39% on its four cuDNN forwards); at head_dim 128 the MMAs bound it, so doubling head_dim costs less than 2x."""
+    import numpy as np
+
+    from estimator.call import timing
+
+    d, cols, err, measured = _call_errors("h200_vit_call_probe.csv")
+    fwd = ((cols["selected_backend"] == "cudnn") & (d["mode"] == "forward")).to_numpy()
+    assert fwd.sum() == 4 and np.all(np.abs(err[fwd]) <= 0.25) and np.median(np.abs(err[fwd])) <= 0.2
+    assert timing.FIT_FACTORS[("cudnn", False)][timing.EXP_TERM] < 1  # the softmax branch's fitted rate
+
+    from estimator.call.attention import estimate_columns
+    from estimator.call.table import calls_from_frame
+
+    rows = pd.DataFrame([dict(id=str(dh), backend="cudnn", dtype="bfloat16", batch="1", q_heads="16", kv_heads="16",
+                              head_dim=str(dh), q_len="12545", kv_len="12545", causal="0", mask="none", dropout="0",
+                              mode="forward") for dh in (64, 128)])
+    c, backend, _ = calls_from_frame(rows)
+    t64, t128 = estimate_columns(c, backend, get_gpu("h200"))["time_ms"]
+    group, branch = timing.overlapped_softmax(c, np.asarray(["cudnn", "cudnn"]))
+    assert group.all() and branch.all()
+    assert t64 < t128 < 2 * t64
 
 
 # --- one attention call's time (estimator/call/timing.py) and decode's cuDNN graph builds ------------------------

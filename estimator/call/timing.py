@@ -351,7 +351,8 @@ def time_ms(c: Calls, backend, executed, gpu: GPU):
     work = terms / fit
     group, branch = overlapped_softmax(c, backend)
     softmax = np.where(branch, work[..., EXP_TERM], 0.0)
-    modelled = combine(np.sum(work, axis=-1) - np.where(group, work[..., EXP_TERM], 0.0), host * host_kernels(c, backend),
-                       step * dq_lock_steps(c, backend, gpu.sm_count), overhead, softmax)
+    summed = np.sum(work, axis=-1) - np.where(group, work[..., EXP_TERM], 0.0)
+    modelled = combine(summed, host * host_kernels(c, backend), step * dq_lock_steps(c, backend, gpu.sm_count),
+                       overhead, softmax)
     floor = cta_floor_ms(c, backend, gpu.sm_count)
     return np.where(floor > 0, np.maximum(modelled, floor + CTA_FLOOR_EVENT_MS), modelled)

@@ -1,6 +1,6 @@
 """What the first SDPA call at a new (Q, K) costs in a fresh process, as hf-cb's `paged|sdpa` makes it.
 
-    python -m validation.serving.first_build_probe --out OUT.csv [--tiny] [--budget-s 240]
+    python -m validation.serving.first_build_probe --out OUT.csv [--tiny] [--budget-s 240] [--cache-plan [PLAN]]
 
 transformers 5.17 `paged|sdpa` calls `scaled_dot_product_attention` once per layer with q (1, heads, Q, d), the
 gathered and repeated k and v (1, heads, K, d) and the slice `[..., :Q, :K]` of the engine's static
@@ -25,6 +25,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 DECODE = [(4, 1000), (4, 1001), (4, 1280), (4, 1281), (4, 2560), (4, 2600), (4, 3840), (4, 5000),
@@ -43,9 +44,19 @@ SEQUENCES = [
     ("mixed_d96", 32, 96, [(4, 1000), (4, 1280), (4, 2600), (4, 3840), (1, 3000), (1, 3072), (1024, 1024),
                            (3000, 3000), (3840, 3840)]),
 ]
+Q1_SWEEP = [(1, k) for k in (100, 200, 247, 256, 300, 374, 384, 500, 512, 600, 692, 768, 1000, 1024, 2000, 2048,
+                             4000, 4096, 8000, 8192)]
+SEQUENCES.append(("q1_sweep_d128", 32, 128, Q1_SWEEP))
+SEQUENCES.append(("q4_sweep_d128", 32, 128, [(4, k) for _, k in Q1_SWEEP]))
 TINY = [("tiny", 2, 16, [(3, 40), (5, 64), (16, 16)])]
-COLUMNS = ["sequence", "order", "heads", "head_dim", "q", "k", "k_mod_128", "first_ms", "seen_ms", "seen_gpu_ms",
-           "first_minus_seen_ms", "device_name", "torch_version"]
+# --cache-plan: which CUDA JIT cache each child runs with, to tell a compile cached on the machine (the driver's
+# ComputeCache, CUDA_CACHE_PATH, kept across processes) from one paid per process: `default` (the machine's),
+# `fresh:NAME` (a new directory NAME, shared by later children that name it), `off` (CUDA_CACHE_DISABLE=1)
+CACHE_PLAN = ("q1_sweep_d128@fresh:a,q1_sweep_d128@fresh:a,q1_sweep_d128@off,q1_sweep_d128@off,"
+              "q4_sweep_d128@fresh:b,decode_d128@fresh:b,decode_d128_reversed@fresh:c,mixed_d96@fresh:d,"
+              "prefill_d128@fresh:e,mixed_d256@fresh:f,mixed_d256@fresh:f")
+COLUMNS = ["sequence", "cache", "child", "order", "heads", "head_dim", "q", "k", "k_mod_128", "first_ms", "seen_ms",
+           "seen_gpu_ms", "first_minus_seen_ms", "device_name", "torch_version"]
 
 
 def child(name: str, heads: int, d: int, shapes: list, tiny: bool) -> list[dict]:
@@ -99,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="CSV to write (parent)")
     p.add_argument("--tiny", action="store_true", help="tiny shapes (a CPU smoke test)")
     p.add_argument("--budget-s", type=float, default=240.0, help="stop starting sequences after this many seconds")
+    p.add_argument("--cache-plan", nargs="?", const=CACHE_PLAN, default=None,
+                   help="children as SEQUENCE@CACHE,... (CACHE: default, fresh:NAME, off); without a value, the "
+                        "built-in plan; without the flag, every sequence once on the machine's cache")
     p.add_argument("--child", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     sequences = TINY if a.tiny else SEQUENCES
@@ -110,21 +124,33 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--out is required")
     t0 = time.perf_counter()
     rows: list[dict] = []
-    for i, (name, *_rest) in enumerate(sequences):
+    names = [name for name, *_ in sequences]
+    plan = [(n, "default") for n in names] if a.cache_plan is None else \
+        [tuple(item.split("@", 1)) if "@" in item else (item, "default") for item in a.cache_plan.split(",")]
+    root = tempfile.mkdtemp(prefix="first_build_cache_")
+    for child_no, (name, cache) in enumerate(plan):
+        if name not in names:
+            p.error(f"--cache-plan: unknown sequence {name!r}; expected one of {', '.join(names)}")
         if time.perf_counter() - t0 > a.budget_s:
             print(f"budget reached before {name}", file=sys.stderr)
             break
-        cmd = [sys.executable, "-m", "validation.serving.first_build_probe", "--child", str(i)]
+        env = dict(os.environ)
+        if cache == "off":
+            env["CUDA_CACHE_DISABLE"] = "1"
+        elif cache.startswith("fresh:"):
+            env["CUDA_CACHE_PATH"] = os.path.join(root, cache.split(":", 1)[1])
+        elif cache != "default":
+            p.error(f"--cache-plan: unknown cache {cache!r}; expected default, fresh:NAME or off")
+        cmd = [sys.executable, "-m", "validation.serving.first_build_probe", "--child", str(names.index(name))]
         if a.tiny:
             cmd.append("--tiny")
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=max(30.0, a.budget_s),
-                             env=dict(os.environ))
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=max(30.0, a.budget_s), env=env)
         if res.returncode != 0:
             print(f"{name}: exit {res.returncode}: {res.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
             continue
-        got = json.loads(res.stdout.strip().splitlines()[-1])
+        got = [{**r, "cache": cache, "child": child_no} for r in json.loads(res.stdout.strip().splitlines()[-1])]
         rows.extend(got)
-        print(f"{name}: {len(got)} shapes, first calls {[r['first_ms'] for r in got]}", file=sys.stderr)
+        print(f"{name}@{cache}: {len(got)} shapes, first calls {[r['first_ms'] for r in got]}", file=sys.stderr)
     with open(a.out, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=COLUMNS)
         w.writeheader()

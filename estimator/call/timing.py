@@ -123,7 +123,7 @@ for _g in (False, True):  # flex: flash's compute rates times FLEX_FLOP_SHARE, f
 # cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_*): the call takes the slower of the two pipelines, not
 # their sum, so at head_dim 128 the MMAs bound it and at head_dim <= 64 (the 64-wide kernel: as many MMA FLOPs per
 # score as the exp's 1/256 rate costs) the softmax does. Its rate (exp_fit) is fitted as that branch of the max:
-# 0.43 of the nominal exp rate, the softmax's max, scale, sum and conversions beside each exp. Summed, as before,
+# 0.48 of the nominal exp rate, the softmax's max, scale, sum and conversions beside each exp. Summed, as before,
 # the fit had priced the exp as free (its rows are nearly all head_dim 128) and cuDNN's unmasked forwards at
 # head_dim <= 64 (16 rows of the call sets, and ViT-L's 12,545-token call: 1.54-1.68 ms measured against 1.06,
 # validation/data/h200_vit_call_probe.csv) ran 18-38% longer than priced. cuDNN's backward fits a summed exp at

@@ -5,10 +5,12 @@ validation/data/h200_heldout2.csv validation/data/h200_heldout3.csv validation/d
 validation/data/h200_heldout5.csv` prints, per backend and mode, the fit factors of `timing.time_terms`' GPU terms
 (flop_fit 16-bit, fp32_flop_fit, masked_flop_fit, bw_fit, exp_fit, dropout_fit, gemm_fit, wide_flop_fit), the host
 ms per launched kernel, the ms per dQ lock step and overhead_ms, from a weighted least-squares fit of relative
-error of time = max(Σ a_k·term_k, h·kernels, s·dq_steps) + c (`timing.combine`; rows >= 1 ms weigh 1, shorter ones
-SHORT_WEIGHT). The max is fitted by alternating regimes: each row is assigned to the branch its current prediction
-says is longest, all branches' linear models are refitted together, until the assignment is stable. It prints the
-median error of the fit and of the model now in the estimator on rows >= 1 ms, then the FIT_FACTORS dict to paste
+error of time = max(Σ a_k·term_k, h·kernels, s·dq_steps, softmax) + c (`timing.combine`; rows >= 1 ms weigh 1,
+shorter ones SHORT_WEIGHT; softmax: the exp term of `timing.OVERLAPPED_SOFTMAX` groups at a rate chosen from
+SOFTMAX_RATE_GRID, alternating with the other terms' fit on the rows it does not bound). The max is fitted by
+alternating regimes: each row is assigned to the branch its current prediction says is longest, all branches'
+linear models are refitted together, until the assignment is stable. It prints the median error of the fit and of
+the model now in the estimator on rows >= 1 ms, then the FIT_FACTORS dict to paste
 into timing.py. A coefficient that comes out negative is dropped (its term refitted without it: fit factor 1000,
 i.e. the term is ~free); a term no row of a group has (fp32 on flash/cuDNN, masks on math/eager) takes another
 term's factor. Pure pandas + numpy: runs without torch.

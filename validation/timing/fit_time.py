@@ -122,17 +122,15 @@ def fit(frames: list[pd.DataFrame], gpu_name: str = "h200") -> pd.DataFrame:
         nb = x.shape[1]
         has = np.flatnonzero(x[:, :2].any(axis=0))
         soft = x[:, 2]
-        bound = np.zeros(len(idx), dtype=bool)  # rows the softmax pipeline bounds (OVERLAPPED_SOFTMAX groups)
-        for _ in range(4 if soft.any() else 1):  # alternate: the other terms on unbound rows, then the softmax rate
-            fit_rows = ~bound if (~bound).sum() > 2 * used.sum() else np.ones(len(idx), dtype=bool)
-            coef = _fit_group(t[fit_rows], x[fit_rows], m[fit_rows], w[fit_rows], used, has, nt, nb)
-            if not soft.any():
-                break
+        coef = _fit_group(t, x, m, w, used, has, nt, nb)
+        for _ in range(4 if soft.any() else 0):  # alternate: the softmax rate, then the other terms on unbound rows
             rest = _predict(t, x, coef, nt, with_softmax=False)
             score = [(np.sum(w * (np.maximum(rest, soft / r + coef[-1]) / m - 1) ** 2), r) for r in SOFTMAX_RATE_GRID]
             rate = min(score)[1]
+            bound = soft / rate + coef[-1] > rest
+            fit_rows = ~bound if (~bound).sum() > 2 * used.sum() else np.ones(len(idx), dtype=bool)
+            coef = _fit_group(t[fit_rows], x[fit_rows], m[fit_rows], w[fit_rows], used, has, nt, nb)
             coef[nt + 2] = 1 / rate
-            bound = soft * coef[nt + 2] + coef[-1] > rest
         pred = _predict(t, x, coef, nt)
         big = m >= 1.0
         fitted = np.abs(pred - m) / m

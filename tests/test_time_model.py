@@ -1,4 +1,4 @@
-"""The kernel-class time model (estimator/model/step_time.py), calibration files, communication and the H200 data."""
+"""The kernel-class time model (estimator/model/decode_time.py), calibration files, communication and the H200 data."""
 
 from __future__ import annotations
 
@@ -354,7 +354,7 @@ def test_small_math_backward_is_bound_by_its_kernel_launches():
 
 
 def test_decode_headline_pays_a_cudnn_graph_build_per_step_on_a_growing_cache():
-    from estimator.model.step_time import CUDNN_GRAPH_BUILD_MS, decode_graph_builds
+    from estimator.model.decode_time import CUDNN_GRAPH_BUILD_MS, decode_graph_builds
 
     sdpa, eager = _plan(seq_len=16384), _plan(seq_len=16384, backend="eager")
     # each decode step of generate calls SDPA with a new kv length: cuDNN (bf16, H200) builds a new graph; the
@@ -388,7 +388,7 @@ def test_decode_graph_builds_prices_the_decode_call_at_the_plans_torch_version(m
     # the decode call is re-priced to see which backend SDPA picks: at the plan's torch version, not the default
     from estimator.call import attention
     from estimator.call.backends import DEFAULT_TORCH
-    from estimator.model.step_time import decode_graph_builds
+    from estimator.model.decode_time import decode_graph_builds
 
     seen = []
     real = attention.estimate_call
@@ -407,7 +407,7 @@ def test_decode_graph_builds_prices_the_decode_call_at_the_plans_torch_version(m
 def test_decode_host_constants_are_reproduced_by_their_fit():
     # the warm decode steps of validation/data/h200_hf_decode.csv and the decode profiles:
     # `python -m validation.fit_time --decode FILE FILE`
-    from estimator.model.step_time import DECODE_KERNEL_HOST_MS, DECODE_MODEL_PYTHON_MS
+    from estimator.model.decode_time import DECODE_KERNEL_HOST_MS, DECODE_MODEL_PYTHON_MS
     from validation.timing.fit_time import fit_decode
 
     frames = [pd.read_csv(DATA / f, dtype=str, keep_default_na=False)
@@ -419,7 +419,7 @@ def test_decode_host_constants_are_reproduced_by_their_fit():
 
 def test_decode_is_host_bound_at_the_profiled_cost_per_kernel():
     """The profile's wall time per launched kernel of a warm decode step (20-38 us) against the fitted constant."""
-    from estimator.model.step_time import DECODE_KERNEL_HOST_MS
+    from estimator.model.decode_time import DECODE_KERNEL_HOST_MS
 
     prof = pd.read_csv(DATA / "h200_hf_profile_decode.csv")
     per_step = prof.groupby("case").agg(wall=("wall_ms", "first"), calls=("calls", "sum"), gpu=("gpu_ms", "sum"),

@@ -168,7 +168,7 @@ def test_gemma3_image_mask_host_time_is_priced_per_sequence_from_the_probe():
 
 
 def test_qwen25_training_pays_the_per_window_calls_forward_and_backward():
-    from estimator.model.step_time import DECODE_KERNEL_HOST_MS
+    from estimator.model.decode_time import DECODE_KERNEL_HOST_MS
     from estimator.model.vision_vlm import tower_block_extras_ms
 
     spec, req = _vlm("qwen2.5-vl-3b", mode="training", text_tokens=64, image_size=(896, 896), layers=2)

@@ -145,7 +145,7 @@ class Plan:
     prefill_time_ms: float
     step_time_ms: float
     # the step the chosen stack really runs (Hugging Face generate: a new cache length every step, so + one cuDNN
-    # graph build per growing-cache layer shape where SDPA runs decode on cuDNN; step_time.decode_regimes)
+    # graph build per growing-cache layer shape where SDPA runs decode on cuDNN; decode_time.decode_regimes)
     decode_time_ms_per_token: float | None
     decode_first_pass_ms_per_token: float | None  # = decode_time_ms_per_token (the name earlier plans used)
     prefill_tokens_per_s: float

@@ -89,7 +89,8 @@ def plan_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_
     shares keep the roofline's split by model part (`_roofline_times`); `time_split` is the kernel-class split."""
     from estimator.model.calibration import load_constants
     from estimator.model.comm import communication
-    from estimator.model.step_time import DECODE_KEYS, TIME_ERROR_BAND, step_times
+    from estimator.model.decode_time import DECODE_KEYS
+    from estimator.model.step_time import TIME_ERROR_BAND, step_times
 
     roof = _roofline_times(inputs, attn, gpu, params_gpu, weights, kv_cache, flops, unsupported=unsupported)
     consts = load_constants(inputs.calibration).with_overrides(inputs.gemm_efficiency, inputs.hbm_efficiency)
@@ -105,7 +106,7 @@ def plan_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_
     training = inputs.mode == "training"
     prefill = st["prefill_time_ms"] + (0.0 if training else comm["total_ms"])
     step = st["step_time_ms"] + comm["total_ms"]
-    # decode in each regime (estimator/model/step_time.py: decode_regimes), each with the step's collectives
+    # decode in each regime (estimator/model/decode_time.py: decode_regimes), each with the step's collectives
     regimes = {k: st.get(k) for k in DECODE_KEYS if k != "decode_graph_builds_per_step"}
     regimes = {k: (v + comm["decode_ms_per_token"] if v is not None else None) for k, v in regimes.items()}
     decode = regimes["decode_time_ms_per_token"]

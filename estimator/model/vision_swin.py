@@ -107,9 +107,9 @@ def swin_block_extras_ms(req: VisionRequest, i: int, s, plan) -> float:
       at the expanded shape) cast to fp32 and summed back to the (heads, w², w²) bias in every block; drop_path's
       two multiplies (drop_path_rate > 0 in the published configs) forward and backward;
     - the host: these kernels' dispatch, plus get_attn_mask's and the bias gather's small kernels, at
-      DECODE_KERNEL_HOST_MS each (estimator/model/step_time.py), where that exceeds their GPU time.
+      DECODE_KERNEL_HOST_MS each (estimator/model/decode_time.py), where that exceeds their GPU time.
     Returns the ms of one block (training: forward + backward)."""
-    from estimator.model.step_time import DECODE_KERNEL_HOST_MS
+    from estimator.model.decode_time import DECODE_KERNEL_HOST_MS
 
     base, m = req.base, req.model
     kern = _kernels(plan)

@@ -269,7 +269,7 @@ QWEN_ROTARY_KERNELS = 18
 
 def tower_block_extras_ms(m: VisionLanguageSpec, plan: Plan, calls: int) -> float:
     """What one tower block runs beyond the encoder layer its plan prices, at the measured memory-bound kernel
-    rates and, on the host, DECODE_KERNEL_HOST_MS per kernel (estimator/model/step_time.py):
+    rates and, on the host, DECODE_KERNEL_HOST_MS per kernel (estimator/model/decode_time.py):
     - QuickGELU (CLIP, Qwen2-VL: x * sigmoid(1.702 x)): two more elementwise passes over fc1's output;
     - Qwen's fp32 rotation of q and k (QWEN_ROTARY_KERNELS kernels; fp32 passes over q and k: two casts up, the
       half-slices and their cat, two products and a sum, two casts down);
@@ -283,9 +283,9 @@ def tower_block_extras_ms(m: VisionLanguageSpec, plan: Plan, calls: int) -> floa
     per-sequence calls' host dispatch is paid twice (forward and backward node).
     Returns ms per block: the GPU time or the host's dispatch, whichever is longer."""
     from estimator.model.calibration import load_constants
+    from estimator.model.decode_time import DECODE_KERNEL_HOST_MS
     from estimator.model.kernel_prices import Kernels
     from estimator.model.layer_passes import BACKWARD_MEMORY_FACTOR
-    from estimator.model.step_time import DECODE_KERNEL_HOST_MS
 
     inp = plan.inputs
     kern = Kernels(load_constants(inp.calibration), gpu_of(inp))
@@ -312,7 +312,7 @@ def tower_block_extras_ms(m: VisionLanguageSpec, plan: Plan, calls: int) -> floa
         kernels += kn + per_call
     if training:
         gpu *= 1 + BACKWARD_MEMORY_FACTOR
-        # a training block's host time is its layer's LAYER_PYTHON_MS (estimator/model/step_time.py), except the
+        # a training block's host time is its layer's LAYER_PYTHON_MS (estimator/model/decode_time.py), except the
         # per-sequence attention calls: each is recorded in the forward and runs its own backward node
         return max(gpu, 2 * per_call * DECODE_KERNEL_HOST_MS)
     return max(gpu, kernels * DECODE_KERNEL_HOST_MS)

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from estimator.model.budget import Plan
 
 def decode_split_ms(plan: Plan) -> tuple[float, float]:
-    """(host ms, GPU ms) of one decode step (estimator/model/step_time.py: a step costs max(GPU, kernels × the
+    """(host ms, GPU ms) of one decode step (estimator/model/decode_time.py: a step costs max(GPU, kernels × the
     host's per-launch time) + Python); host > GPU means the step is host-bound. (0, 0) without a decode."""
     split = plan.time_split.get("decode", {})
     gpu_ms = sum(v for k, v in split.items() if k not in ("launch_overhead", "python_overhead"))
@@ -23,7 +23,7 @@ def decode_split_ms(plan: Plan) -> tuple[float, float]:
 
 def host_bound_decode_note(plan: Plan) -> str:
     """A sentence when the plan's decode step is host-bound, else ''."""
-    from estimator.model.step_time import DECODE_KERNEL_HOST_MS
+    from estimator.model.decode_time import DECODE_KERNEL_HOST_MS
 
     host_ms, gpu_ms = decode_split_ms(plan)
     if host_ms <= gpu_ms:

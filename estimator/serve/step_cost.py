@@ -5,7 +5,7 @@ estimator (estimator/call `estimate_call`) or, for a decode read, `Kernels.decod
 bytes, and the tensor-parallel all-reduces from estimator/model/comm.py. Host time: hf-cb (transformers continuous
 batching, eager) as estimator/serve/hf_host.py models it (the engine's per-step Python, then every kernel's launch
 followed by its GPU work); the other engines' eager steps as Hugging Face's generate loop
-(step_time.DECODE_KERNEL_HOST_MS per launched kernel, overlapping the GPU, DECODE_MODEL_PYTHON_MS per forward);
+(decode_time.DECODE_KERNEL_HOST_MS per launched kernel, overlapping the GPU, DECODE_MODEL_PYTHON_MS per forward);
 with CUDA graphs a step pays one graph launch (the kernels are replayed, not dispatched).
 
 How each engine runs attention:
@@ -42,9 +42,9 @@ from estimator.hardware import get_gpu
 from estimator.model import layer_passes as passes
 from estimator.model.calibration import load_constants
 from estimator.model.comm import all_reduce_ms, link
+from estimator.model.decode_time import DECODE_KERNEL_HOST_MS, DECODE_MODEL_PYTHON_MS
 from estimator.model.inputs import PlanInputs
 from estimator.model.kernel_prices import Kernels
-from estimator.model.step_time import DECODE_KERNEL_HOST_MS, DECODE_MODEL_PYTHON_MS
 from estimator.serve import hf_host
 from estimator.serve.memory import EngineMemory
 

@@ -186,27 +186,27 @@ def decode_rows(frame: pd.DataFrame) -> list[dict]:
 
 
 def fit_decode(frames: list[pd.DataFrame]) -> tuple[float, float, list[float]]:
-    """(host ms per kernel, per-model ms, relative errors) of step_time's decode host constants that best match the
+    """(host ms per kernel, per-model ms, relative errors) of decode_time's decode host constants that best match the
     warm decode steps (`decode_rows`): the grid point with the least mean squared log(planned / measured) (the
     same host-bound step measured in two processes differs by up to 1.8x, so no single row may steer the fit). The
     planner is pure Python: it is re-run with each candidate."""
-    import estimator.model.step_time as step_time
+    import estimator.model.decode_time as decode_time
     from validation.model.model_report import plan_row
 
     rows = [r for f in frames for r in decode_rows(f)]
-    saved = step_time.DECODE_KERNEL_HOST_MS, step_time.DECODE_MODEL_PYTHON_MS
+    saved = decode_time.DECODE_KERNEL_HOST_MS, decode_time.DECODE_MODEL_PYTHON_MS
     best = None
     try:
         for per_kernel in DECODE_KERNEL_GRID:
             for model in DECODE_MODEL_GRID:
-                step_time.DECODE_KERNEL_HOST_MS, step_time.DECODE_MODEL_PYTHON_MS = per_kernel, model
+                decode_time.DECODE_KERNEL_HOST_MS, decode_time.DECODE_MODEL_PYTHON_MS = per_kernel, model
                 errs = [plan_row(r).decode_steady_ms_per_token / float(r["decode_warm_ms_per_token"]) - 1
                         for r in rows]
                 score = float(np.mean(np.log1p(errs) ** 2))
                 if best is None or score < best[0]:
                     best = (score, per_kernel, model, [round(e, 3) for e in errs])
     finally:
-        step_time.DECODE_KERNEL_HOST_MS, step_time.DECODE_MODEL_PYTHON_MS = saved
+        decode_time.DECODE_KERNEL_HOST_MS, decode_time.DECODE_MODEL_PYTHON_MS = saved
     return best[1], best[2], best[3]
 
 

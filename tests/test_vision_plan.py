@@ -221,3 +221,36 @@ def test_qwen25_windowed_blocks_cost_less_than_full_attention():
     assert windowed.parts[1].plan.inputs.seq_len == 64 and windowed.params == dense.params
     # training keeps every block's eager scores: 4 blocks of 4,900² instead of 32; the forward is cheaper too
     assert windowed.total_bytes < dense.total_bytes and windowed.prefill_time_ms < dense.prefill_time_ms
+
+
+def test_vit_prefill_counts_the_pixels_its_caller_holds():
+    """ViT's pixel_values stay referenced for the whole forward (the caller's, and the ViTModel.forward local it
+    casts into). Without them every fresh-process ViT SDPA prefill on the H200 sat 0.5-5.3% low (always low, the
+    pixels' size: 3·p²/hidden of a residual tensor); with them each is within 0.7%. The planned difference between
+    two resolutions' plans carries the pixels exactly."""
+    pd = pytest.importorskip("pandas")
+    from validation.model.model_report import compare
+
+    files = ["h200_hf_vision_heldout_prefill.csv"] + [f"h200_hf_vision_heldout{k}_prefill.csv" for k in range(2, 7)]
+    df = pd.concat([pd.read_csv(VDATA / f, dtype=str, keep_default_na=False) for f in files], ignore_index=True)
+    df = df[df["family"].str.startswith("vit") & (df["status"] == "ok")]
+    out = compare(df)
+    assert len(out) >= 20 and out["rel_err"].astype(float).abs().max() < 0.007
+
+
+def test_vit_pixel_bytes_follow_batch_resolution_and_dtype():
+    from estimator.model.plan import make_plan
+
+    cfg = {"model_type": "vit", "hidden_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 16,
+           "intermediate_size": 4096, "image_size": 1792, "patch_size": 16}
+
+    def model_level(cfg, batch, dtype):
+        model = from_hf_config(cfg, name="vit")
+        plan = make_plan(PlanInputs(model=model, seq_len=model.native_tokens, batch=batch, mode="inference",
+                                    dtype=dtype, gpu="h200"), solve=False)
+        resid = batch * model.native_tokens * 1024 * (4 if dtype == "float32" else 2)
+        return plan.activation_detail["model_level_bytes"] - resid
+
+    assert model_level(cfg, 2, "bfloat16") == 2 * 3 * 1792 * 1792 * 2
+    # a ViT-H/14 at 1024 px: HF floors the grid to 73 x 73 patches, the pixels are the whole image
+    assert model_level({**cfg, "image_size": 1024, "patch_size": 14}, 1, "float32") == 3 * 1024 * 1024 * 4

@@ -103,10 +103,29 @@ def ffn_block_peak(inputs: PlanInputs, z: Sizes) -> int:
 def model_level_bytes(inputs: PlanInputs, z: Sizes) -> int:
     """Alive while the layers run, outside any layer: the embedding output (HF's model forward keeps
     `inputs_embeds` referenced) and, for decoders (RoPE assumed), the cos/sin tables (n·head_dim each) and the
-    int64 position ids. Measured on whole HF models, tests/data/hf_model_prefill_peak.csv."""
+    int64 position ids; for an encoder, its input pixels (`pixel_bytes`). Measured on whole HF models,
+    tests/data/hf_model_prefill_peak.csv."""
     if inputs.model.kind != "decoder":
-        return z.resid
+        return z.resid + pixel_bytes(inputs, z)
     return z.resid + 2 * z.n * inputs.model.head_dim * z.rs + z.n * 8
+
+
+def pixel_bytes(inputs: PlanInputs, z: Sizes) -> int:
+    """An image encoder's `pixel_values` (batch × channels × pixels, in the weights' dtype): the caller holds them
+    for the whole forward (and autograd keeps them for the patch convolution's weight gradient). HF's ViTModel.forward
+    (transformers 5.17 models/vit/modeling_vit.py) casts pixels of another dtype to the projection's before the
+    embeddings, and keeps that copy to the end: the plan assumes the common `pixel_values.to(model.dtype)`, one
+    tensor. At the config's own resolution the image is image_size² pixels (HF floors the patch grid, so a ViT-H/14
+    at 1024 px keeps every pixel); at another token count, (tokens - 1) patches of patch_size² pixels."""
+    m = inputs.model
+    if not m.holds_pixels:
+        return 0
+    if inputs.seq_len == m.native_tokens:
+        per_image = m.image_size ** 2
+    else:
+        per_image = max(inputs.seq_len - 1, 1) * m.patch_size ** 2
+    es = inputs.recipe.weight_bytes if inputs.mode == "training" and inputs.recipe else z.es
+    return z.b * m.channels * per_image * es
 
 
 def training_peak(inputs: PlanInputs, attn: list[LayerAttention], z: Sizes,

@@ -62,6 +62,9 @@ class ModelSpec:
     image_size: int = 0  # encoders only: input resolution in pixels (square)
     patch_size: int = 0  # encoders only: patch side in pixels
     channels: int = 3
+    # encoders only: the plan counts the pixel_values its caller holds (False for a VLM tower or a Swin stage,
+    # priced inside a plan that counts its own pixels: estimator/model/vision_vlm.py, vision_swin.py)
+    holds_pixels: bool = True
     max_positions: int | None = None  # the context the model was trained for (informational)
     attn_logit_softcap: float | None = None  # Gemma-2: tanh soft-capping of the scores (not in SDPA's kernels)
     # --- attention details (all default to the plain Llama layout) ---

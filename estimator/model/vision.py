@@ -99,7 +99,7 @@ class VisionTower:
                          q_heads=self.heads, kv_heads=self.heads, head_dim=self.hidden // self.heads, ffn=self.ffn,
                          vocab=1, gated_ffn=self.gated, norm="rmsnorm" if self.gated else "layernorm",
                          qkv_bias=True, out_bias=True, mlp_bias=True, image_size=max(self.image_size, self.patch),
-                         patch_size=self.patch, channels=self.channels * self.temporal_patch,
+                         patch_size=self.patch, channels=self.channels * self.temporal_patch, holds_pixels=False,
                          source=f"vision tower ({self.kind})")
 
 
@@ -217,7 +217,7 @@ class SwinSpec:
                          q_heads=self.heads[i], kv_heads=self.heads[i], head_dim=W // self.heads[i],
                          ffn=self.stage_ffn(i), vocab=1, gated_ffn=False, norm="layernorm", qkv_bias=True,
                          out_bias=True, mlp_bias=True, image_size=self.window, patch_size=1, channels=1,
-                         source=self.source)
+                         holds_pixels=False, source=self.source)
 
 
 # --- reading a config.json ------------------------------------------------------------------------------------

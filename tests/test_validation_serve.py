@@ -287,3 +287,43 @@ def test_sliding_update_transient_is_in_the_peak(tmp_path):
     k_elements = 60_000 * mem.kv_read_bytes_per_token // 2 // 2
     assert with_scatter > without
     assert with_scatter - without <= k_elements * 9
+
+
+def test_jit_cache_warm_runs_each_case_twice_on_one_new_cache(tmp_path, monkeypatch):
+    """--jit-cache warm: a case's first process (on a new, empty CUDA_CACHE_PATH) goes to NAME_cold.csv, the
+    second, on the same cache, to the outputs; the directory is removed afterwards."""
+    import subprocess
+
+    from validation.serving import cli as serve_cli
+
+    seen = []
+    real_run = subprocess.run
+
+    def spy(cmd, **kw):
+        env = kw.get("env") or {}
+        path = env.get("CUDA_CACHE_PATH")
+        seen.append((path, cmd[cmd.index("--summary") + 1]))
+        import os
+        assert path and os.path.isdir(path)
+        return real_run(cmd, **kw)
+
+    monkeypatch.setattr(subprocess, "run", spy)
+    cases = tmp_path / "cases.txt"
+    cases.write_text(" ".join(TINY) + " --rate inf --requests 2 --prompt-tokens 20 --output-tokens 2 "
+                     "--num-blocks 12 --max-batch-tokens 64 --run-id w\n")
+    out, summary = tmp_path / "req.csv", tmp_path / "sum.csv"
+    rc = main(["serve", "--cases", str(cases), "--fresh-process", "--jit-cache", "warm", "--no-predict",
+               "--out", str(out), "--summary", str(summary)])
+    assert rc == 0
+    assert [s for _, s in seen] == [str(tmp_path / "sum_cold.csv"), str(summary)]
+    assert seen[0][0] == seen[1][0] and not (tmp_path / seen[0][0]).exists()
+    assert [r["status"] for r in read(summary)] == ["ok"] and [r["status"] for r in read(tmp_path / "sum_cold.csv")] \
+        == ["ok"]
+    assert serve_cli.cold_path("a/b.csv") == "a/b_cold.csv"
+
+
+def test_jit_cache_needs_fresh_processes(tmp_path, capsys):
+    rc = main(["serve", *TINY, "--rate", "2", "--requests", "2", "--jit-cache", "fresh",
+               "--out", str(tmp_path / "o.csv"), "--no-predict"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("error: --jit-cache")

@@ -38,6 +38,9 @@ SUMMARY_COLUMNS = [
 ]
 
 
+JIT_CACHE_MODES = ("machine", "fresh", "warm")  # --jit-cache
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("model (validation.hf_configs; random weights, bf16)")
     m.add_argument("--family", default="llama-3.1-8b", help="a family of validation.hf_configs (default llama-3.1-8b)")
@@ -71,6 +74,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--timeout-s", type=float, default=300.0, help="a run stops after this (default 300)")
     r.add_argument("--fresh-process", action="store_true",
                    help="--cases: run each case in its own process (nothing of one run stays resident in the next)")
+    r.add_argument("--jit-cache", choices=JIT_CACHE_MODES, default="machine",
+                   help="--fresh-process: the CUDA driver's JIT cache (CUDA_CACHE_PATH) each case's process sees: "
+                        "machine (default: whatever this machine has cached), fresh (a new empty cache per case: a "
+                        "freshly started machine, which compiles each of cuDNN's kernel classes once, 0.5-0.8 s "
+                        "each), warm (each case run twice in fresh processes on one new cache; the first, a fresh "
+                        "machine, is written beside each output as NAME_cold.csv, the second, a server restarted "
+                        "on a machine that has served this traffic, to the outputs)")
     r.add_argument("--budget-s", type=float, default=0.0, help="start no case after this many seconds; 0 = none")
     r.add_argument("--cpu-memory-mib", type=int, default=1024,
                    help="on a CPU, the memory the engine is told the device has (default 1024)")
@@ -224,27 +234,61 @@ def failed_row(args, exc: BaseException) -> dict:
             "family": args.family, "layers": args.layers or "", "args": args.line}
 
 
-def _fresh_processes(args, jobs, started: float) -> int:
-    """Each case line as its own `python -m validation serve` process, appending to the same files."""
+def cold_path(path: str | None) -> str | None:
+    """Where `--jit-cache warm` writes a case's first pass (the fresh-cache run): NAME_cold.EXT beside NAME.EXT."""
+    if not path:
+        return path
+    root, ext = os.path.splitext(path)
+    return f"{root}_cold{ext or '.csv'}"
+
+
+def _process_env(cache_dir: str | None) -> dict:
+    env = dict(os.environ)
+    if cache_dir is not None:  # the driver's JIT cache of compiled kernels (CUDA's documented CUDA_CACHE_PATH)
+        env["CUDA_CACHE_PATH"] = cache_dir
+        env.pop("CUDA_CACHE_DISABLE", None)
+    return env
+
+
+def _run_case_process(args, line: str, job, out: str, summary: str | None, steps: str | None,
+                      cache_dir: str | None) -> None:
     import subprocess
 
-    shared = ["--out", args.out] + (["--summary", args.summary] if args.summary else []) + (
-        ["--steps", args.steps] if args.steps else []) + (["--device", args.device] if args.device else []) + (
+    shared = ["--out", out] + (["--summary", summary] if summary else []) + (
+        ["--steps", steps] if steps else []) + (["--device", args.device] if args.device else []) + (
         ["--gpu", args.gpu] if args.gpu else []) + (["--no-predict"] if args.no_predict else [])
+    cmd = [sys.executable, "-m", "validation", "serve", *shlex.split(line), *shared]
+    try:
+        done = subprocess.run(cmd, timeout=job.timeout_s + 300, env=_process_env(cache_dir))
+        failed = done.returncode != 0
+        reason = f"exit status {done.returncode}"
+    except subprocess.TimeoutExpired:
+        failed, reason = True, f"the process outlived --timeout-s {job.timeout_s} + 300 s"
+    if failed and summary:
+        job.line = line
+        _append(summary, SUMMARY_COLUMNS, [{**failed_row(job, RuntimeError(reason))}])
+
+
+def _fresh_processes(args, jobs, started: float) -> int:
+    """Each case line as its own `python -m validation serve` process, appending to the same files; with
+    `--jit-cache fresh` or `warm`, on a new CUDA JIT cache directory per case (removed afterwards)."""
+    import shutil
+    import tempfile
+
+    mode = getattr(args, "jit_cache", "machine")
     for n, (line, job) in enumerate(jobs):
         if args.budget_s and time.perf_counter() - started > args.budget_s:
             print(f"budget: {args.budget_s} s spent, {len(jobs) - n} run(s) not started", file=sys.stderr)
             break
-        cmd = [sys.executable, "-m", "validation", "serve", *shlex.split(line), *shared]
+        cache_dir = tempfile.mkdtemp(prefix="jit-cache-") if mode != "machine" else None
         try:
-            done = subprocess.run(cmd, timeout=job.timeout_s + 300)
-            failed = done.returncode != 0
-            reason = f"exit status {done.returncode}"
-        except subprocess.TimeoutExpired:
-            failed, reason = True, f"the process outlived --timeout-s {job.timeout_s} + 300 s"
-        if failed and args.summary:
-            job.line = line
-            _append(args.summary, SUMMARY_COLUMNS, [{**failed_row(job, RuntimeError(reason))}])
+            if mode == "warm":  # the first pass fills the new cache: a freshly started machine's run, kept apart
+                _run_case_process(args, line, job, cold_path(args.out), cold_path(args.summary),
+                                  cold_path(args.steps), cache_dir)
+            _run_case_process(args, line, job, args.out, args.summary, args.steps, cache_dir)
+        finally:
+            if cache_dir is not None:
+                shutil.rmtree(cache_dir, ignore_errors=True)
     return 0
 
 
@@ -261,6 +305,9 @@ def main_serve(args) -> int:
             workload_from_args(job)
         except ValueError as exc:
             raise ValueError(f"{exc} (case: {line})" if line else str(exc)) from None
+    if getattr(args, "jit_cache", "machine") != "machine" and not (args.cases and args.fresh_process):
+        raise ValueError(f"--jit-cache {args.jit_cache}: needs --cases with --fresh-process (the cache is set per "
+                         "process)")
     if args.cases and args.fresh_process:
         return _fresh_processes(args, jobs, started)
     done = 0

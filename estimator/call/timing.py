@@ -343,6 +343,8 @@ def time_ms(c: Calls, backend, executed, gpu: GPU):
     step = np.zeros(shape, dtype=np.float64)
     overhead = np.zeros(shape, dtype=np.float64)
     for (name, grad), (*factors, per_kernel, per_step, oh) in FIT_FACTORS.items():
+        if not np.any(backend == name):  # a backend none of the calls is on changes nothing
+            continue
         sel = (backend == name) & (c.grad == grad)
         fit = np.where(sel[..., None], np.array(factors), fit)
         host = np.where(sel, per_kernel, host)

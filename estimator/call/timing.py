@@ -160,33 +160,52 @@ def wave_factor(ctas, sms):
     return cdiv(ctas, sms) * sms / ctas
 
 
-def executed_tile_flops(c: Calls, backend, executed, sms: int, per_score: bool = False,
-                        score_passes: tuple[float, float] = (1.0, 2.0)):
-    """Compute-time FLOPs (float64): for fused backends, tile-padded FLOPs times the wave factor; forward and
-    backward apart (backward 0 in forward mode). math and eager: `executed` (`time_terms` prices their
-    op chain instead: `chain_terms`).
-    per_score: the score elements the fused kernel's softmax touches instead (exp, max, scale: forward once,
-    backward twice: the recomputed exp and dS), with the same padding and waves; 0 for math and eager.
-    score_passes: the (forward, backward) passes per score element counted with per_score."""
-    executed = np.asarray(executed, dtype=np.float64)
+def tile_geometry(c: Calls, backend, sms: int):
+    """What `executed_tile_flops` computes once for its three uses in `time_terms`: (base, d, rv, forward wave,
+    backward wave): the tile-padded B·Hq·L·S·d product (times the causal or block share), the executed head_dim,
+    v's executed width over it, and the wave factors (1 for split-KV forwards). None for a single backend name
+    that is not fused (math, eager: their op chain is priced instead)."""
+    if np.ndim(backend) == 0 and str(backend) not in registry.FUSED:
+        return None
     mt = _query_tile(c, backend)
     nt_b = np.vectorize(lambda b: BWD_KEY_TILE.get(b, 128), otypes=[np.int64])(backend) if np.ndim(backend) \
         else np.int64(BWD_KEY_TILE.get(str(backend), 128))
     d = _head_dim_executed(c, backend).astype(np.float64)
     lp = (cdiv(c.L, mt) * mt).astype(np.float64)
     sp = (cdiv(c.S, nt_b) * nt_b).astype(np.float64)
-    frac = np.where(backend == "flex", block_fraction(c),
-                    np.where(c.causal & (c.L == c.S), (cdiv(c.L, 128) + 1) / (2.0 * cdiv(c.L, 128)), 1.0))
+    causal = np.where(c.causal & (c.L == c.S), (cdiv(c.L, 128) + 1) / (2.0 * cdiv(c.L, 128)), 1.0)
+    flex = backend == "flex"
+    frac = np.where(flex, block_fraction(c), causal) if np.any(flex) else np.where(flex, 0.0, causal)
     base = c.B.astype(np.float64) * c.Hq * lp * sp * d * frac if hasattr(c.B, "astype") else \
         float(c.B) * float(c.Hq) * lp * sp * d * frac
     fwd_ctas = c.B * c.Hq * cdiv(c.L, mt)
     bwd_ctas = c.B * c.Hq * cdiv(c.S, nt_b)
+    rv = _head_dim_executed(c, backend, c.Dv).astype(np.float64) / d
+    return (base, d, rv, np.where(np.isin(backend, SPLIT_KV), 1.0, wave_factor(fwd_ctas, sms)),
+            wave_factor(bwd_ctas, sms))
+
+
+def executed_tile_flops(c: Calls, backend, executed, sms: int, per_score: bool = False,
+                        score_passes: tuple[float, float] = (1.0, 2.0), geometry=False):
+    """Compute-time FLOPs (float64): for fused backends, tile-padded FLOPs times the wave factor; forward and
+    backward apart (backward 0 in forward mode). math and eager: `executed` (`time_terms` prices their
+    op chain instead: `chain_terms`).
+    per_score: the score elements the fused kernel's softmax touches instead (exp, max, scale: forward once,
+    backward twice: the recomputed exp and dS), with the same padding and waves; 0 for math and eager.
+    score_passes: the (forward, backward) passes per score element counted with per_score.
+    geometry: `tile_geometry(c, backend, sms)` where the caller has it already."""
+    executed = np.asarray(executed, dtype=np.float64)
+    if geometry is False:
+        geometry = tile_geometry(c, backend, sms)
+    if geometry is None:  # one backend, not fused
+        shape = np.broadcast(executed, *(getattr(c, f) for f in c.__dataclass_fields__)).shape
+        return np.broadcast_to(np.float64(0.0) if per_score else executed, shape).copy()
+    base, d, rv, fwd_wave, bwd_wave = geometry
     # per q/k-width score element: forward 2·(Dq + Dv), backward 2·(3·Dq + 2·Dv) at the executed widths (4 and 10
     # where v is as wide as q and k)
-    rv = _head_dim_executed(c, backend, c.Dv).astype(np.float64) / d
     kf, kb = (score_passes[0] / d, score_passes[1] / d) if per_score else (2.0 * (1.0 + rv), 6.0 + 4.0 * rv)
-    fwd = kf * base * np.where(np.isin(backend, SPLIT_KV), 1.0, wave_factor(fwd_ctas, sms))
-    bwd = np.where(c.grad, kb * base * wave_factor(bwd_ctas, sms), 0.0)
+    fwd = kf * base * fwd_wave
+    bwd = np.where(c.grad, kb * base * bwd_wave, 0.0)
     fused = np.isin(backend, registry.FUSED)
     return np.where(fused, fwd + bwd, 0.0 if per_score else executed)
 
@@ -255,16 +274,19 @@ def time_terms(c: Calls, backend, executed, gpu: GPU):
     compute past POWER_CAP_AFTER_MS (the power-capped stretch of a long call)."""
     backend = np.asarray(backend)
     peak = np.where(c.fp32 | (backend == "math"), gpu.peak_flops_per_s["float32"], gpu.peak_flops_per_s["bfloat16"])
-    comp = executed_tile_flops(c, backend, executed, gpu.sm_count) / peak * 1e3
+    geometry = tile_geometry(c, backend, gpu.sm_count)
+    comp = executed_tile_flops(c, backend, executed, gpu.sm_count, geometry=geometry) / peak * 1e3
     masked = (c.mask_bool | c.mask_float) & np.isin(backend, ("efficient", "cudnn"))
     mem = hbm_bytes(c, backend) / gpu.hbm_bytes_per_s * 1e3
     # the softmax's exp runs on the SFUs at ~1/256 of the 16-bit tensor-core rate (H100: 3.9 vs 989 TFLOPs, Shah et
     # al. 2024, FlashAttention-3 §3.2): per score element, independent of head_dim, so small head_dims are exp-bound
     exp_rate = gpu.peak_flops_per_s["bfloat16"] / 256
-    scores = executed_tile_flops(c, backend, executed, gpu.sm_count, per_score=True) / exp_rate * 1e3
+    scores = executed_tile_flops(c, backend, executed, gpu.sm_count, per_score=True,
+                                 geometry=geometry) / exp_rate * 1e3
     # dropout: fused kernels draw a Philox number per executed score element (forward, and again in backward to
     # rebuild the kept set), integer work beside the exp; math and eager run native_dropout over the score matrix
-    rng = executed_tile_flops(c, backend, executed, gpu.sm_count, per_score=True, score_passes=(1.0, 1.0)) / exp_rate
+    rng = executed_tile_flops(c, backend, executed, gpu.sm_count, per_score=True, score_passes=(1.0, 1.0),
+                              geometry=geometry) / exp_rate
     drop = np.where(c.has_dropout, rng * 1e3, 0.0)
     # 16-bit kernels for head_dim > 128 run smaller tiles (FA2 and cuDNN) or keep dK/dV in global memory (the
     # efficient backward's kNeedsAccumGradK/V): their own rate

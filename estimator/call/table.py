@@ -31,11 +31,13 @@ OUTPUTS = ("supported", "selected_backend", "peak_extra_bytes", "fits", "flops",
 class _Errors:
     def __init__(self, n: int) -> None:
         self.msg = np.full(n, "", dtype=object)
+        self.clear = np.ones(n, dtype=bool)  # msg == "" (kept beside it: no string compare per check)
 
     def add(self, bad, text) -> None:
-        bad = np.asarray(bad, dtype=bool) & (self.msg == "")
+        bad = np.asarray(bad, dtype=bool) & self.clear
         if np.any(bad):
             self.msg[bad] = text if isinstance(text, str) else np.asarray(text, dtype=object)[bad]
+            self.clear[bad] = self.msg[bad] == ""
 
 
 def _plain_integers(series: pd.Series) -> np.ndarray | None:
@@ -47,8 +49,9 @@ def _plain_integers(series: pd.Series) -> np.ndarray | None:
     import pyarrow.compute as pc
 
     cells = pa.array(series.array)
-    if len(cells) == 0 or pc.all(pc.match_substring_regex(cells, r"^[0-9]{1,15}$"), skip_nulls=False).as_py() \
-            is not True:
+    # ^[0-9]{1,15}$ without a regex: non-empty ASCII decimal digits only, at most 15 bytes
+    plain = pc.and_(pc.ascii_is_decimal(cells), pc.less_equal(pc.binary_length(cells), 15))
+    if len(cells) == 0 or pc.all(plain, skip_nulls=False).as_py() is not True:
         return None
     return pc.cast(cells, pa.int64()).to_numpy(zero_copy_only=False).astype(np.float64)
 
@@ -66,7 +69,10 @@ def _numeric(series: pd.Series) -> np.ndarray:
 
 
 def _isin(values: np.ndarray, allowed) -> np.ndarray:
-    return pd.Series(values).isin(list(allowed)).to_numpy()
+    """Whether each value is one of `allowed`, tested once per distinct value (a text column holds few)."""
+    codes, distinct = pd.factorize(values, use_na_sentinel=False)
+    allowed = tuple(allowed)
+    return np.array([v in allowed for v in distinct], dtype=bool)[codes]
 
 
 def _text(df: pd.DataFrame, col: str) -> np.ndarray:
@@ -112,15 +118,16 @@ def calls_from_frame(df: pd.DataFrame) -> tuple[Calls, np.ndarray, np.ndarray]:
     errors.add(~_isin(backend, BACKENDS), f"backend: unknown; expected one of {', '.join(BACKENDS)}")
     mask = _text(df, "mask")
     mask = np.where(_isin(mask, ("", "nan")), "none", mask)
-    parsed = {}
-    for text in set(mask.tolist()):  # few distinct spellings: parse each once
+    codes, spellings = pd.factorize(mask, use_na_sentinel=False)
+    parsed = []
+    for text in spellings:  # few distinct spellings: parse each once
         try:
-            parsed[text] = parse_mask(text)
+            parsed.append(parse_mask(text))
         except ValueError:
-            parsed[text] = ("?", 0, 1)
-    kind = np.array([parsed[t][0] for t in mask], dtype=object) if len(mask) else mask
-    window = np.array([parsed[t][1] for t in mask], dtype=np.int64) if len(mask) else np.zeros(0, np.int64)
-    documents = np.array([parsed[t][2] for t in mask], dtype=np.int64) if len(mask) else np.ones(0, np.int64)
+            parsed.append(("?", 0, 1))
+    kind = np.array([p[0] for p in parsed], dtype=object)[codes] if len(mask) else mask
+    window = np.array([p[1] for p in parsed], dtype=np.int64)[codes] if len(mask) else np.zeros(0, np.int64)
+    documents = np.array([p[2] for p in parsed], dtype=np.int64)[codes] if len(mask) else np.ones(0, np.int64)
     errors.add(kind == "?", "mask: unknown; expected none, bool, float, window:W or document:K")
     structured = _isin(kind, STRUCTURED_MASKS)
     mode = _text(df, "mode")

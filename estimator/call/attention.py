@@ -66,7 +66,12 @@ def _cublas_workspace_bytes(c: Calls, backend):
 def peaks_for(c: Calls, selected, gpu: GPU) -> tuple[np.ndarray, np.ndarray]:
     """(peak_extra_bytes, forward_retained_bytes) of each call on its selected backend (0 where none);
     each backend's timeline runs only on the calls that selected it."""
-    selected = np.broadcast_to(np.asarray(selected, dtype=object), np.shape(c.B))
+    selected = np.asarray(selected)
+    if selected.dtype == object:
+        selected = np.broadcast_to(selected, np.shape(c.B))
+        if selected.ndim:  # the names as fixed-width text: numpy compares those in C, objects one by one
+            selected = selected.astype(str)
+    selected = np.broadcast_to(selected, np.shape(c.B))
     if selected.ndim == 0:
         if selected == "none":
             return np.int64(0), np.int64(0)
@@ -77,6 +82,8 @@ def peaks_for(c: Calls, selected, gpu: GPU) -> tuple[np.ndarray, np.ndarray]:
     for name in registry.names():
         rows = selected == name
         if rows.any():
+            if rows.ndim == 1:
+                rows = np.flatnonzero(rows)  # positions: cheaper than a mask for each of the columns taken
             t = backend_timeline(c.take(rows), name, gpu)
             peak[rows] = t.peak
             retained[rows] = t.marks["forward"]
@@ -128,16 +135,17 @@ def estimate_columns(c: Calls, requested, gpu: GPU, torch_version: str = backend
     leaves the time model out (time_ms None): what a question about memory alone needs (the solvers')."""
     requested = np.asarray(requested, dtype=object)
     ok = backends.eligibility(c, gpu.sm, torch_version)
-    auto = backends.select(c, gpu.sm, torch_version)
+    auto = backends.select(c, gpu.sm, torch_version, ok)
     selected = np.where(requested == "auto", auto, requested)
-    supported = np.isin(selected, registry.names(always_runs=True))
-    for name, can in ok.items():
-        supported = supported | ((selected == name) & can)
-    selected = np.where(supported, selected, "none")
     # the names as fixed-width text for the per-name tests below (numpy compares those in C, object arrays per
-    # element in Python); `selected` itself is returned as it was
-    names = selected.astype(str) if np.ndim(selected) else selected
-    peak, retained = peaks_for(c, selected, gpu)
+    # element in Python); `selected` itself is returned as object text, as it was
+    text = selected.astype(str) if np.ndim(selected) else selected
+    supported = np.isin(text, registry.names(always_runs=True))
+    for name, can in ok.items():
+        supported = supported | ((text == name) & can)
+    selected = np.where(supported, selected, "none")
+    names = np.where(supported, text, "none") if np.ndim(selected) else selected
+    peak, retained = peaks_for(c, names, gpu)
     inputs = c.input_bytes(names)
     cublas = _cublas_workspace_bytes(c, names)
     available = gpu.memory_bytes - CUDA_CONTEXT_BYTES

@@ -124,10 +124,17 @@ def reasons(c: Calls, sm: int, torch_version: str = DEFAULT_TORCH) -> dict[str, 
             for b, checks in _checks(c, sm, torch_version).items()}
 
 
-def select(c: Calls, sm: int, torch_version: str = DEFAULT_TORCH) -> np.ndarray:
-    """The backend `auto` runs: the first eligible one in the priority order."""
-    ok = eligibility(c, sm, torch_version)
+def select(c: Calls, sm: int, torch_version: str = DEFAULT_TORCH, ok: dict | None = None) -> np.ndarray:
+    """The backend `auto` runs: the first eligible one in the priority order. `ok`: eligibility(c, sm,
+    torch_version) where the caller has it already."""
+    ok = eligibility(c, sm, torch_version) if ok is None else ok
+    order = priority(sm)
     chosen = np.full(np.shape(c.B), "none", dtype=object)
-    for backend in reversed(priority(sm)):
-        chosen = np.where(ok[backend], backend, chosen)
-    return chosen
+    if chosen.ndim == 0:
+        for backend in reversed(order):
+            chosen = np.where(ok[backend], backend, chosen)
+        return chosen
+    # many calls: the index of the first eligible name (len(order): none), then one lookup per call
+    eligible = np.stack(np.broadcast_arrays(chosen, *(ok[b] for b in order))[1:])
+    first = np.where(eligible.any(axis=0), eligible.argmax(axis=0), len(order))
+    return np.array([*order, "none"], dtype=object)[first]

@@ -160,13 +160,28 @@ def estimate_columns(c: Calls, requested, gpu: GPU, torch_version: str = backend
             fits[rows] = replay_fits_rows(c.take(rows), str(name), gpu)
         fits = fits.reshape(np.shape(selected))
     # a backend `priced_as` another (flash-attn: FA2) is timed as that one's kernels
-    kernel = registry.column(names, lambda b: b.priced_as or b.name, "none").astype(object)
-    executed = flops.executed_flops(c, names)
+    kernel = registry.column(names, lambda b: b.priced_as or b.name, "none")
+    counted = flops.counted_flops(c, names)
+    executed = flops.executed_flops(c, names, counted)
     return {"supported": supported, "selected_backend": selected, "peak_extra_bytes": peak,
             "forward_retained_bytes": retained, "input_bytes": inputs, "fits": fits,
-            "flops": flops.counted_flops(c, names), "executed_flops": executed,
+            "flops": counted, "executed_flops": executed,
             "time_ms": _time_ms(c, names, kernel, executed, gpu) if timed else None,
             "scores_bytes": c.B * c.Hq * c.L * c.S * c.es, "kv_bytes": c.B * c.Hk * c.S * (c.D + c.Dv) * c.es}
+
+
+def _name_groups(text: np.ndarray):
+    """(name, rows) for each distinct name of a text column: the registered names and none by one C compare each,
+    any other name through np.unique (a sort) of the rows left."""
+    left = np.ones(text.shape, dtype=bool)
+    for name in (*registry.names(), "none"):
+        rows = text == name
+        if rows.any():
+            left &= ~rows
+            yield name, rows
+    if left.any():
+        for name in np.unique(text[left]).tolist():
+            yield name, text == name
 
 
 def _time_by_kernel(c: Calls, kernel, executed, gpu: GPU):
@@ -179,9 +194,7 @@ def _time_by_kernel(c: Calls, kernel, executed, gpu: GPU):
         return timing.time_ms(c, kernel, executed, gpu)
     executed = np.broadcast_to(np.asarray(executed), kernel.shape)
     out = np.empty(kernel.shape, dtype=np.float64)
-    text = kernel.astype(str)
-    for name in np.unique(text).tolist():
-        rows = text == name
+    for name, rows in _name_groups(kernel.astype(str)):
         if rows.ndim == 1:
             rows = np.flatnonzero(rows)  # positions: cheaper than a mask for each of the columns taken
         out[rows] = timing.time_ms(c.take(rows), str(name), executed[rows], gpu)

@@ -71,10 +71,11 @@ def block_fraction(c: Calls):
     return np.where(c.W > 0, np.minimum(window, full), np.where(c.docs > 1, doc, full))
 
 
-def executed_flops(c: Calls, backend):
+def executed_flops(c: Calls, backend, counted=None):
     """FLOPs the GPU really performs (float64, an estimate): like the counter, but SDPA's fused kernels skip
-    masked causal tiles, and flex and flash-attn every block their window or documents leave out."""
-    counted = np.asarray(counted_flops(c, backend), dtype=np.float64)
+    masked causal tiles, and flex and flash-attn every block their window or documents leave out. `counted`:
+    counted_flops(c, backend) where the caller has it already."""
+    counted = np.asarray(counted_flops(c, backend) if counted is None else counted, dtype=np.float64)
     causal_tiles = np.isin(backend, registry.names_where(lambda b: b.flops.executed == "causal_tiles"))
     blocks = np.isin(backend, registry.names_where(lambda b: b.flops.executed == "blocks"))
     return np.where(blocks, counted * block_fraction(c),

@@ -141,9 +141,20 @@ def column(backend, value: Callable[[Backend], object], default):
     """`value(record)` for each element of a backend column (a name or an array of names); `default` for names that
     are not registered ("none")."""
     backend = np.asarray(backend)
-    out = default
+    if backend.ndim == 0:
+        out = default
+        for b in _RECORDS.values():
+            out = np.where(backend == b.name, value(b), out)
+        return out
+    # many rows: the dtype the same chain of np.where gives, then each name's rows filled in place
+    dtype = default
     for b in _RECORDS.values():
-        out = np.where(backend == b.name, value(b), out)
+        dtype = np.where(False, value(b), dtype)
+    out = np.full(backend.shape, default, dtype=dtype.dtype)
+    for b in _RECORDS.values():
+        rows = backend == b.name
+        if rows.any():
+            out[rows] = value(b)
     return out
 
 

@@ -103,7 +103,7 @@ def replay_fits_rows(c: Calls, backend: str, gpu: GPU) -> np.ndarray:
     n = len(np.atleast_1d(c.grad))
     columns = [np.broadcast_to(np.atleast_1d(getattr(c, f)), (n,)) for f in fields]
     gpu_key = (backend, gpu.name, gpu.memory_bytes, gpu.sm_count)
-    keys = [(gpu_key, *(col[row].item() for col in columns)) for row in range(n)]
+    keys = [(gpu_key, *values) for values in zip(*(col.tolist() for col in columns), strict=True)] if n else []
     out = np.zeros(n, dtype=bool)
     todo: dict[tuple, list[int]] = {}
     for row, key in enumerate(keys):
@@ -120,10 +120,10 @@ def replay_fits_rows(c: Calls, backend: str, gpu: GPU) -> np.ndarray:
     grads = np.atleast_1d(sub.grad)
     if len(_REPLAY_MEMO) + len(todo) > REPLAY_MEMO_SIZE:
         _REPLAY_MEMO.clear()
+    inputs, events = sub.input_events_by_row(len(todo)), timeline.events_by_row(len(todo))
     for i, (key, rows) in enumerate(todo.items()):
         workspaces = [CUBLAS_WORKSPACE_BYTES] * ((2 if grads[i] else 1) if registry.get(backend).op_chain else 0)
-        verdict = replay_fits(sub.input_events(i), timeline.events_for(i), gpu.memory_bytes - CUDA_CONTEXT_BYTES,
-                              workspaces)
+        verdict = replay_fits(inputs[i], events[i], gpu.memory_bytes - CUDA_CONTEXT_BYTES, workspaces)
         _REPLAY_MEMO[key] = verdict
         out[rows] = verdict
     return out

@@ -104,7 +104,16 @@ class Calls:
         (a bool mask is `rand(...) > p`, so an fp32 temporary of the mask's shape comes and goes first),
         grad_out. Near the limit, where that temporary's segment sits matters (estimator/call/allocator.py)."""
         q, k, v, mask, grad_out = (int(np.atleast_1d(n)[row]) for n in self.input_sizes())
-        bool_mask = bool(np.atleast_1d(self.mask_bool)[row])
+        return self._input_events(q, k, v, mask, grad_out, bool(np.atleast_1d(self.mask_bool)[row]))
+
+    def input_events_by_row(self, n: int) -> list[list[tuple[str, str, int]]]:
+        """input_events(row) of rows 0..n-1 of a column set at once (the sizes computed once)."""
+        sizes = [np.broadcast_to(np.asarray(s, dtype=np.int64), (n,)).tolist() for s in self.input_sizes()]
+        bool_mask = np.broadcast_to(np.asarray(self.mask_bool, dtype=bool), (n,)).tolist()
+        return [self._input_events(*row) for row in zip(*sizes, bool_mask, strict=True)]
+
+    @staticmethod
+    def _input_events(q: int, k: int, v: int, mask: int, grad_out: int, bool_mask: bool) -> list:
         return [("alloc", "q", q), ("alloc", "k", k), ("alloc", "v", v),
                 ("alloc", "rand", mask * 4 if bool_mask else 0), ("alloc", "mask", mask),
                 ("free", "rand", True), ("alloc", "grad_out", grad_out)]

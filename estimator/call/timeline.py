@@ -59,3 +59,9 @@ class Timeline:
             value = np.asarray(value)
             return value.item() if value.ndim == 0 else value[row or 0].item()
         return [(op, name, int(pick(v)) if op == "alloc" else bool(pick(v))) for op, name, v in self.events]
+
+    def events_by_row(self, n: int) -> list[list[tuple[str, str, int]]]:
+        """events_for(row) of rows 0..n-1 of a column set at once (each event's column converted once)."""
+        columns = [(op, name, np.broadcast_to(np.asarray(v, dtype=np.int64 if op == "alloc" else bool), (n,)).tolist())
+                   for op, name, v in self.events]
+        return [[(op, name, values[row]) for op, name, values in columns] for row in range(n)]

@@ -68,15 +68,31 @@ def _numeric(series: pd.Series) -> np.ndarray:
         return pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64)
 
 
-def _isin(values: np.ndarray, allowed) -> np.ndarray:
-    """Whether each value is one of `allowed`, tested once per distinct value (a text column holds few)."""
-    codes, distinct = pd.factorize(values, use_na_sentinel=False)
-    allowed = tuple(allowed)
-    return np.array([v in allowed for v in distinct], dtype=bool)[codes]
+class _Text:
+    """A text column as codes into its distinct values (a column of calls holds few): each test runs once per
+    distinct value, in Python, and is mapped back to the rows by the codes."""
+
+    def __init__(self, series: pd.Series) -> None:
+        codes, distinct = series.factorize(use_na_sentinel=False)
+        self.codes, self.distinct = codes, np.asarray(distinct, dtype=object)
+
+    @property
+    def values(self) -> np.ndarray:
+        return self.distinct[self.codes]
+
+    def where(self, test) -> np.ndarray:
+        return np.array([bool(test(v)) for v in self.distinct], dtype=bool)[self.codes]
+
+    def isin(self, allowed) -> np.ndarray:
+        allowed = tuple(allowed)
+        return self.where(lambda v: v in allowed)
+
+    def eq(self, text: str) -> np.ndarray:
+        return self.where(lambda v: v == text)
 
 
-def _text(df: pd.DataFrame, col: str) -> np.ndarray:
-    return df[col].astype(str).str.strip().str.lower().to_numpy(dtype=object)
+def _text(df: pd.DataFrame, col: str) -> _Text:
+    return _Text(df[col].astype(str).str.strip().str.lower())
 
 
 def check_columns(columns) -> None:
@@ -111,39 +127,38 @@ def calls_from_frame(df: pd.DataFrame) -> tuple[Calls, np.ndarray, np.ndarray]:
     widest = (ints["batch"].astype(np.float64) * ints["q_heads"] * np.maximum(ints["q_len"], ints["kv_len"])
               * ints["head_dim"])
     errors.add(widest > MAX_ELEMENTS, "head_dim: batch·q_heads·seq·head_dim is absurdly large")
-    dtype = (df["dtype"].astype(str).str.strip().str.lower().str.removeprefix("torch.")
-             .replace(DTYPE_ALIASES).to_numpy(dtype=object))
-    errors.add(~_isin(dtype, DTYPE_BITS), f"dtype: unknown; expected one of {', '.join(DTYPE_BITS)}")
+    dtype = _Text(df["dtype"].astype(str).str.strip().str.lower().str.removeprefix("torch.").replace(DTYPE_ALIASES))
+    errors.add(~dtype.isin(DTYPE_BITS), f"dtype: unknown; expected one of {', '.join(DTYPE_BITS)}")
     backend = _text(df, "backend")
-    errors.add(~_isin(backend, BACKENDS), f"backend: unknown; expected one of {', '.join(BACKENDS)}")
+    errors.add(~backend.isin(BACKENDS), f"backend: unknown; expected one of {', '.join(BACKENDS)}")
     mask = _text(df, "mask")
-    mask = np.where(_isin(mask, ("", "nan")), "none", mask)
-    codes, spellings = pd.factorize(mask, use_na_sentinel=False)
     parsed = []
-    for text in spellings:  # few distinct spellings: parse each once
+    for text in mask.distinct:  # few distinct spellings: parse each once
         try:
-            parsed.append(parse_mask(text))
+            parsed.append(parse_mask("none" if text in ("", "nan") else text))
         except ValueError:
             parsed.append(("?", 0, 1))
-    kind = np.array([p[0] for p in parsed], dtype=object)[codes] if len(mask) else mask
-    window = np.array([p[1] for p in parsed], dtype=np.int64)[codes] if len(mask) else np.zeros(0, np.int64)
-    documents = np.array([p[2] for p in parsed], dtype=np.int64)[codes] if len(mask) else np.ones(0, np.int64)
-    errors.add(kind == "?", "mask: unknown; expected none, bool, float, window:W or document:K")
-    structured = _isin(kind, STRUCTURED_MASKS)
+    kind = _Text(pd.Series([p[0] for p in parsed], dtype=object))
+    kind.codes = kind.codes[mask.codes]  # the kind of each row, through its spelling
+    window = np.array([p[1] for p in parsed], dtype=np.int64)[mask.codes] if n else np.zeros(0, np.int64)
+    documents = np.array([p[2] for p in parsed], dtype=np.int64)[mask.codes] if n else np.ones(0, np.int64)
+    errors.add(kind.eq("?"), "mask: unknown; expected none, bool, float, window:W or document:K")
+    structured = kind.isin(STRUCTURED_MASKS)
     mode = _text(df, "mode")
-    errors.add(~_isin(mode, MODES), f"mode: unknown; expected one of {', '.join(MODES)}")
+    errors.add(~mode.isin(MODES), f"mode: unknown; expected one of {', '.join(MODES)}")
     causal_txt = _text(df, "causal")
-    causal_ok = _isin(causal_txt, ("0", "1", "0.0", "1.0", "true", "false"))
+    causal_ok = causal_txt.isin(("0", "1", "0.0", "1.0", "true", "false"))
     errors.add(~causal_ok, "causal: expected 0 or 1")
     dropout = _numeric(df["dropout"])
     errors.add(~((dropout >= 0) & (dropout < 1)), "dropout: expected a probability in [0, 1)")
-    bits = np.where(dtype == "float32", 32, 16).astype(np.int64)
+    bits = np.where(dtype.eq("float32"), 32, 16).astype(np.int64)
+    causal = causal_txt.isin(("1", "1.0", "true"))
     c = Calls(B=ints["batch"], Hq=ints["q_heads"], Hk=ints["kv_heads"], D=ints["head_dim"], L=ints["q_len"],
-              S=ints["kv_len"], bits=bits, bf16=dtype == "bfloat16",
-              causal=_isin(causal_txt, ("1", "1.0", "true")) & ~structured, mask_bool=(kind == "bool") | structured,
-              mask_float=kind == "float", dropout=np.nan_to_num(dropout), grad=mode == "forward_backward",
-              W=window, docs=documents, scausal=_isin(causal_txt, ("1", "1.0", "true")) & structured)
-    return c, backend, errors.msg
+              S=ints["kv_len"], bits=bits, bf16=dtype.eq("bfloat16"),
+              causal=causal & ~structured, mask_bool=kind.eq("bool") | structured,
+              mask_float=kind.eq("float"), dropout=np.nan_to_num(dropout), grad=mode.eq("forward_backward"),
+              W=window, docs=documents, scausal=causal & structured)
+    return c, backend.values, errors.msg
 
 
 def predict_frame(df: pd.DataFrame, gpu: str, torch_version: str = backends.DEFAULT_TORCH, *,

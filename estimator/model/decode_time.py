@@ -1,6 +1,7 @@
 """Decode as Hugging Face `generate` runs it: one step's kernels over the KV cache (host-bound), the cuDNN graph a
 new cache length builds, and the other stacks a user can switch to (forced flash, StaticCache, torch.compile).
-The step's shared state (`_Step`) and the prefill/training passes live in estimator/model/step_time.py."""
+The step's shared state is estimator/model/step_state.py's `Step`; the prefill and training passes live in
+estimator/model/step_time.py."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from estimator.units import cdiv
 if TYPE_CHECKING:
     from estimator.model.inputs import PlanInputs
     from estimator.model.layer_attention import LayerAttention
-    from estimator.model.step_time import _Step
+    from estimator.model.step_state import Step
 
 # cuDNN SDPA builds one execution graph per distinct call shape and keeps it in a per-process cache
 # (aten/src/ATen/native/cudnn/MHA.cpp: MHAGraphCache, an unordered_map keyed by b, h, s_q, s_kv, d, strides, with
@@ -75,7 +76,7 @@ DECODE_KEYS = ("decode_time_ms_per_token", "decode_steady_ms_per_token", "decode
                "decode_graph_builds_per_step")
 
 
-def decode_regimes(st: _Step, gpu: GPU, steady: float, sync: float) -> dict:
+def decode_regimes(st: Step, gpu: GPU, steady: float, sync: float) -> dict:
     """One decode step in each regime (ms; None where the plan has no decode or the regime cannot run):
 
     decode_time_ms_per_token: the step the chosen stack really runs: Hugging Face `generate` (DynamicCache, a new
@@ -128,7 +129,7 @@ def _flash_runs_decode(inputs: PlanInputs, gpu: GPU) -> bool:
     return bool(est.supported)
 
 
-def decode_pass(st: _Step, backend: str | None = None, static: bool = False) -> passes.Pass:
+def decode_pass(st: Step, backend: str | None = None, static: bool = False) -> passes.Pass:
     """One steady-state decode step: every layer's one-token forward over its KV cache (host-bound), then the
     model level. backend: the single-token calls' kernel (default the plan's); static: a StaticCache (no torch.cat
     of the cache; the mask HF then passes turns off SDPA's GQA, so K/V are repeated to the query heads)."""

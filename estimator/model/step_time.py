@@ -35,7 +35,7 @@ kernels, torch.compile. Error band: `TIME_ERROR_BAND` (measured / planned over t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from estimator.hardware import GPU
@@ -44,6 +44,7 @@ from estimator.model import finetune_time as ft
 from estimator.model import layer_passes as passes
 from estimator.model.finetune import trainable_params
 from estimator.model.kernel_prices import KernelConstants, Kernels
+from estimator.model.step_state import Step
 from estimator.units import cdiv
 
 if TYPE_CHECKING:
@@ -89,57 +90,6 @@ TIME_ERROR_BAND = {"prefill": (-0.08, 0.17), "step": (-0.09, 0.03), "decode": (-
 ENCODER_MODEL_PYTHON_MS = 0.35
 
 
-@dataclass(frozen=True)
-class _Step:
-    """What the passes of one step share: the plan, its layers' attention, the kernel prices, the compute dtype
-    and the per-GPU shapes (b sequences of n tokens, T = b·n, V the head's width per GPU)."""
-
-    inputs: PlanInputs
-    attn: list
-    kern: Kernels
-    dtype: str
-    autocast: bool
-    unsupported: bool
-
-    @property
-    def training(self) -> bool:
-        return self.inputs.mode == "training"
-
-    @property
-    def es(self) -> int:
-        return passes.element_bytes(self.dtype)
-
-    @property
-    def b(self) -> int:
-        return self.inputs.batch_per_gpu
-
-    @property
-    def T(self) -> int:
-        return self.inputs.batch_per_gpu * self.inputs.tokens_per_gpu
-
-    @property
-    def V(self) -> int:
-        m = self.inputs.model
-        return cdiv(m.vocab, self.inputs.tp) if m.kind == "decoder" else m.vocab
-
-    @property
-    def rdt(self) -> str:
-        """The residual stream's dtype (fp32 under autocast)."""
-        return "float32" if self.autocast else self.dtype
-
-    @property
-    def backend(self) -> str:
-        attn = self.attn
-        return attn[-1].timing.selected_backend if attn and not self.unsupported else self.inputs.backend
-
-    def core(self, a, which) -> float:
-        """The attention core's time of one layer kind (`which`: timing or forward_timing), per GPU."""
-        if self.unsupported:
-            return 0.0
-        est = getattr(a, which)
-        return (est.time_ms or 0.0) / self.inputs.cp if est is not None else 0.0
-
-
 def step_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_gpu: int, weights: int,
                kv_cache: int, constants: KernelConstants, *, unsupported: bool) -> dict:
     """Per-GPU wall times (ms) and their kernel-class split; see the module docstring."""
@@ -147,7 +97,7 @@ def step_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_
     training = inputs.mode == "training"
     dtype = recipe.compute_dtype if (training and recipe) else inputs.dtype
     autocast = bool(training and recipe and recipe.autocast)
-    st = _Step(inputs=inputs, attn=attn, kern=Kernels(constants, gpu), dtype=dtype, autocast=autocast,
+    st = Step(inputs=inputs, attn=attn, kern=Kernels(constants, gpu), dtype=dtype, autocast=autocast,
                unsupported=unsupported)
     sync = constants.sync_ms
     fwd, per_kind_layers, rows = _forward_pass(st)
@@ -191,7 +141,7 @@ def core_kernels(a: LayerAttention, backend: str) -> int:
     return max(3, int(kernel_count(Calls.from_call(call), backend)))
 
 
-def _forward_pass(st: _Step) -> tuple[passes.Pass, list, int]:
+def _forward_pass(st: Step) -> tuple[passes.Pass, list, int]:
     """The prefill, or the training forward: every layer kind (by window, dense and MoE in proportion) and the
     model level. Also returns each layer kind's pass (for the backward) and the rows the head computes."""
     inputs, kern, dtype, autocast, backend = st.inputs, st.kern, st.dtype, st.autocast, st.backend
@@ -242,7 +192,7 @@ def _forward_pass(st: _Step) -> tuple[passes.Pass, list, int]:
     return fwd, per_kind_layers, rows
 
 
-def _backward_pass(st: _Step, per_kind_layers: list, rows: int) -> passes.Pass:
+def _backward_pass(st: Step, per_kind_layers: list, rows: int) -> passes.Pass:
     """The training backward: each layer kind's backward (with its recompute under checkpointing), then the head,
     the loss and the embedding."""
     inputs, kern, dtype, autocast = st.inputs, st.kern, st.dtype, st.autocast
@@ -284,7 +234,7 @@ def _backward_pass(st: _Step, per_kind_layers: list, rows: int) -> passes.Pass:
     return bwd
 
 
-def _optimizer_pass(st: _Step, params_gpu: int) -> passes.Pass:
+def _optimizer_pass(st: Step, params_gpu: int) -> passes.Pass:
     """The optimizer step over this GPU's parameters, with the recipe's gradient unscale and master-weight casts."""
     inputs, kern, recipe = st.inputs, st.kern, st.inputs.recipe
     opt = passes.Pass()

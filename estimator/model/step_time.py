@@ -104,9 +104,11 @@ def step_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_
 
     result: dict = {}
     split: dict = {}
+    host: dict = {}  # each phase's own host time (launches and Python that overlap the GPU work), ms
     if not training:
         prefill_ms = fwd.total(sync)
         split["prefill"] = fwd.split(sync)
+        host["prefill"] = fwd.cpu
         step_ms = prefill_ms
     else:
         bwd, opt = _backward_pass(st, per_kind_layers, rows), _optimizer_pass(st, params_gpu)
@@ -117,9 +119,11 @@ def step_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_
         split["forward"] = fwd.split(sync)
         split["backward"] = bwd.split(sync)
         split["optimizer"] = opt.split(sync)
+        host.update(forward=fwd.cpu, backward=bwd.cpu, optimizer=opt.cpu)
         result.update(forward_time_ms=k_acc * fwd_ms, backward_time_ms=k_acc * bwd_ms, optimizer_time_ms=opt_ms)
 
-    result.update(prefill_time_ms=prefill_ms, step_time_ms=step_ms, time_split=split, **dict.fromkeys(dt.DECODE_KEYS))
+    result.update(prefill_time_ms=prefill_ms, step_time_ms=step_ms, time_split=split, host_ms=host,
+                  **dict.fromkeys(dt.DECODE_KEYS))
     if inputs.model.kind == "decoder" and not training:
         dec = dt.decode_pass(st)
         split["decode"] = dec.split(sync)

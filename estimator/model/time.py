@@ -123,7 +123,10 @@ def plan_times(inputs: PlanInputs, attn: list[LayerAttention], gpu: GPU, params_
                            "scaled_to": gpu.name if gpu.name != consts.ref_gpu else None,
                            "gemm_efficiency_override": inputs.gemm_efficiency,
                            "hbm_efficiency_override": inputs.hbm_efficiency,
-                           "error_band": {k: list(v) for k, v in TIME_ERROR_BAND.items()}})
+                           "error_band": {k: list(v) for k, v in TIME_ERROR_BAND.items()},
+                           # each phase's host time that overlaps its GPU work (time_split keeps only the part
+                           # the GPU waited for)
+                           "host_ms_by_phase": {k: round(v, 4) for k, v in st.get("host_ms", {}).items()}})
     if training:
         out["time_split"] = {**st["time_split"], "communication": comm["total_ms"]}
     return out

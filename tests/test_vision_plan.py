@@ -254,3 +254,13 @@ def test_vit_pixel_bytes_follow_batch_resolution_and_dtype():
     assert model_level(cfg, 2, "bfloat16") == 2 * 3 * 1792 * 1792 * 2
     # a ViT-H/14 at 1024 px: HF floors the grid to 73 x 73 patches, the pixels are the whole image
     assert model_level({**cfg, "image_size": 1024, "patch_size": 14}, 1, "float32") == 3 * 1024 * 1024 * 4
+
+
+def test_a_measured_row_with_an_unknown_trainable_is_a_plan_error_naming_the_field():
+    pd = pytest.importorskip("pandas")
+    from validation.model.model_report import compare
+
+    df = pd.read_csv(VDATA / "h200_hf_vision_heldout8_train.csv", dtype=str, keep_default_na=False).head(1)
+    df["trainable"] = "tower-frozen"  # the planner's word, not the harness's (all, lm, projector)
+    out = compare(df)
+    assert out["plan_error"].iloc[0].startswith("trainable: expected one of all, lm, projector")

@@ -36,6 +36,9 @@ def vision_plan_row(row: dict):
     spec = vlm_from_hf(cfg, name)
     base = PlanInputs(model=spec.lm, seq_len=1, **common)
     images = int(row.get("images") or 1)
+    trainable = str(row.get("trainable") or "all")
+    if trainable not in TRAINABLE_OF:
+        raise ValueError(f"trainable: expected one of {', '.join(TRAINABLE_OF)}, got {trainable!r}")
     return vision_plan(VisionRequest(model=spec, base=base, image_size=hw, images=images,
                                      text_tokens=int(row["seq_len"]),
-                                     trainable=TRAINABLE_OF[str(row.get("trainable") or "all")]), solve=False)
+                                     trainable=TRAINABLE_OF[trainable]), solve=False)

@@ -183,5 +183,5 @@ def kernel_count(c: Calls, backend) -> np.ndarray:
         if not rows.any():  # a chain no call runs is not built (the common case: one backend's rows at a time)
             continue
         n = sum(op.kernels for op in chain_ops(c, name))
-        out = np.where(backend == name, n, out)
+        out = np.where(rows, n, out)
     return out

@@ -81,8 +81,9 @@ def moe_shape(inputs: PlanInputs, z: Sizes) -> MoeShape:
                     shared_gate=m.shared_expert_gate)
 
 
-def expert_weight_bytes(inputs: PlanInputs, z: Sizes) -> int:
-    """Element bytes the experts compute in: grouped_mm casts its input to the weight dtype (not autocast)."""
+def weight_element_bytes(inputs: PlanInputs, z: Sizes) -> int:
+    """Element bytes of the weights' dtype (a training recipe's, else the plan's): what the experts compute in
+    (grouped_mm casts its input to the weight dtype, not autocast's) and what an encoder's pixels are cast to."""
     return inputs.recipe.weight_bytes if inputs.recipe else z.es
 
 
@@ -97,7 +98,7 @@ def ffn_block_peak(inputs: PlanInputs, z: Sizes) -> int:
     dense = widths * z.b * z.n * z.F * z.es if m.layers > m.moe_layers else 0
     if not m.moe_layers:
         return dense
-    return max(dense, moe_forward_peak(moe_shape(inputs, z), z.rs, expert_weight_bytes(inputs, z), z.es))
+    return max(dense, moe_forward_peak(moe_shape(inputs, z), z.rs, weight_element_bytes(inputs, z), z.es))
 
 
 def model_level_bytes(inputs: PlanInputs, z: Sizes) -> int:
@@ -124,8 +125,7 @@ def pixel_bytes(inputs: PlanInputs, z: Sizes) -> int:
         per_image = m.image_size ** 2
     else:
         per_image = max(inputs.seq_len - 1, 1) * m.patch_size ** 2
-    es = inputs.recipe.weight_bytes if inputs.mode == "training" and inputs.recipe else z.es
-    return z.b * m.channels * per_image * es
+    return z.b * m.channels * per_image * weight_element_bytes(inputs, z)
 
 
 def training_peak(inputs: PlanInputs, attn: list[LayerAttention], z: Sizes,
@@ -246,7 +246,7 @@ def layer_saves(inputs: PlanInputs, z: Sizes) -> LayerSaves:
     moe_extra = 0
     dense_layers = m.layers - m.moe_layers
     if m.moe_layers:
-        shape, wb = moe_shape(inputs, z), expert_weight_bytes(inputs, z)
+        shape, wb = moe_shape(inputs, z), weight_element_bytes(inputs, z)
         moe_save = moe_saved_bytes(shape, rs, wb, es, z.autocast)
         worst_ffn = max(ffn_save if dense_layers else 0, moe_save)
         moe_extra = m.moe_layers * (moe_save - worst_ffn) + dense_layers * (ffn_save - worst_ffn)

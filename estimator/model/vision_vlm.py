@@ -228,7 +228,8 @@ def frozen_weights_saving_ms(plan: Plan) -> float:
     `needs_input_grad`), so every Linear's grad_weight GEMM, its fp32 gradient cast under autocast, and the optimizer
     pass over those weights are left out. The backward keeps its grad_input GEMMs, memory-bound ops and attention.
     Priced with the plan's own kernel prices (estimator/model/layer_passes.py, estimator/model/kernel_prices.py):
-    the backward's GPU sum less these kernels, or its host time less their launches, whichever is longer."""
+    the backward's GPU sum less these kernels, or its own host time (`time_model.host_ms_by_phase`) less their
+    launches, whichever is longer."""
     from estimator.model.calibration import load_constants
     from estimator.model.kernel_prices import Kernels
     from estimator.model.layer_passes import linear_shapes
@@ -253,12 +254,8 @@ def frozen_weights_saving_ms(plan: Plan) -> float:
         cast = kern.mem_ms("cast_bf16_fp32", weights)[0]
     bwd = split["backward"]
     gpu = sum(v for k, v in bwd.items() if k not in ("launch_overhead", "python_overhead"))
-    sync = kern.k.sync_ms
-    exposed = max(0.0, bwd.get("launch_overhead", 0.0) - sync)
-    before = gpu + exposed
-    # the host's own launch time of the backward (it overlaps the GPU's where the GPU is slower); without it, only
-    # what the GPU waited for is known, and the host is taken as long as the GPU (the smaller saving)
-    cpu = plan.time_model.get("host_ms_by_phase", {}).get("backward", gpu + exposed)
+    cpu = plan.time_model["host_ms_by_phase"]["backward"]  # the host's own time, overlapping the GPU's
+    before = max(gpu, cpu)
     after = max(gpu - gemm - cast, cpu - launches * kern.k.matmul_floor_ms)
     optimizer = sum(split.get("optimizer", {}).values())
     return max(0.0, before - after) + optimizer

@@ -2,7 +2,7 @@
 nothing else.
 
 run        measure a predict-style CSV on the local GPU (or the CPU) beside the estimator's predictions
-grid       write a predict-style case list (nsweep, matrix, random, calibration, cpu, sweep)
+grid       write a predict-style case list (nsweep, matrix, random, calibration, cpu, sweep, headdim)
 report     summarise a run's output: error tables, worst cases, the doubling check, kernel counts
 model      --config PATH | --preset NAME [plan flags]: your model and workload on one GPU (no torchrun), measured
            phase by phase beside the plan; --family F under torchrun: a HF model sharded over the processes (tp, cp,
@@ -166,7 +166,8 @@ def parser() -> argparse.ArgumentParser:
                    "merged in input order (default 1; more than 1 is refused on the cpu)")
     r.set_defaults(func=_run)
     g = sub.add_parser("grid", help="write a predict-style case list")
-    g.add_argument("--kind", required=True, choices=("nsweep", "matrix", "random", "calibration", "cpu", "sweep"))
+    g.add_argument("--kind", required=True,
+                   choices=("nsweep", "matrix", "random", "calibration", "cpu", "sweep", "headdim"))
     g.add_argument("--out", required=True)
     g.add_argument("--seed", type=int, default=0, help="random: the seed (default 0)")
     g.add_argument("--n", type=int, default=200, help="random: number of cases (default 200)")

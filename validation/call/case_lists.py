@@ -4,9 +4,18 @@ calibration set of validation/call/calibration_cases.py, by name."""
 from __future__ import annotations
 
 from validation.call.calibration_cases import calibration_rows
-from validation.call.grid import DTYPES, MODES, all_kinds_sample, cpu_grid, matrix, n_sweep, random_sample
+from validation.call.grid import (
+    DTYPES,
+    MODES,
+    all_kinds_sample,
+    cpu_grid,
+    head_dim_sweep,
+    matrix,
+    n_sweep,
+    random_sample,
+)
 
-KINDS = ("nsweep", "matrix", "random", "calibration", "cpu", "sweep")
+KINDS = ("nsweep", "matrix", "random", "calibration", "cpu", "sweep", "headdim")
 
 
 def make_grid(kind: str, *, seed: int = 0, n: int = 200, dtype: str = "bfloat16", mode: str = "forward",
@@ -33,4 +42,6 @@ def make_grid(kind: str, *, seed: int = 0, n: int = 200, dtype: str = "bfloat16"
         return cpu_grid()
     if kind == "sweep":
         return all_kinds_sample(seed=seed, n=n)
+    if kind == "headdim":
+        return head_dim_sweep()
     return calibration_rows()

@@ -67,6 +67,26 @@ def random_sample(n: int, seed: int = 0, max_elements: int = 2**33) -> list[dict
     return number(rows, f"random{seed}")
 
 
+HEAD_DIMS = (32, 40, 64, 80, 96, 128, 160, 192, 256)
+
+
+def head_dim_sweep() -> list[dict]:
+    """Each head_dim the kernels instantiate or pad (32-256) on the fused backends at two fixed shapes (B2 H16 at
+    4096 tokens, causal or not; B8 H16 L4 over 16384 keys, decode-shaped), 16-bit unmasked and bool-masked, fp32 on
+    the efficient kernel, forward and training: what a fit needs to separate the per-score work (softmax) from
+    the per-FLOP work (MMAs), which the random sets cannot (their unmasked 16-bit efficient rows are head_dim 128)."""
+    rows = []
+    for mode, d in itertools.product(MODES, HEAD_DIMS):
+        for b in ("flash", "efficient", "cudnn"):
+            for causal, mask in ((0, "none"), (1, "none"), (0, "bool")):
+                if b == "flash" and mask != "none":
+                    continue  # flash takes no attn_mask
+                rows.append(case(b, "bfloat16", q_len=4096, head_dim=d, causal=causal, mask=mask, mode=mode))
+            rows.append(case(b, "bfloat16", batch=8, q_len=4, kv_len=16384, head_dim=d, mode=mode))
+        rows.append(case("efficient", "float32", q_len=4096, head_dim=d, mode=mode))
+    return number(rows, "headdim")
+
+
 def cpu_grid() -> list[dict]:
     """Small shapes a CPU measures in seconds: every backend (efficient and cudnn come out
     `unsupported` on a CPU), both modes, fp32 and bf16, with causal, masks, GQA and dropout."""

@@ -4,6 +4,9 @@ prints the errors of the figures the proof asks for.
     python -m validation.serving.compare --cases validation/serving/cases/h200_fit.txt \
         --summary validation/data/h200_serve_fit_summary.csv [--md OUT.md]
 
+`--graph-build-ms MS` re-simulates with that cuDNN graph build instead of the committed one (a what-if: the build is
+host time whose speed varies between sessions, docs/serving.md "What the graph build depends on").
+
 Per run: num_blocks and max_batch_tokens (exact or not), peak allocated memory (within 3%?), output throughput
 (within 15%?), P50 and P99 of TTFT and TPOT (within 20%?). Errors are (predicted - measured) / measured.
 """
@@ -83,6 +86,18 @@ def _inputs_by_run(case_file: str) -> dict:
     return out
 
 
+def _with_graph_build(ms: float, case_file: str, summary_file: str) -> list[dict]:
+    """compare_rows with hf_host's graph build set to `ms` for the call (restored after)."""
+    from estimator.serve import hf_host
+
+    saved = hf_host.HF_CB_GRAPH_BUILD_MS
+    hf_host.HF_CB_GRAPH_BUILD_MS = ms
+    try:
+        return compare_rows(case_file, summary_file)
+    finally:
+        hf_host.HF_CB_GRAPH_BUILD_MS = saved
+
+
 def _pct(x) -> str:
     return "-" if x is None else f"{x:+.1%}"
 
@@ -113,9 +128,17 @@ def main(argv=None) -> int:
     p.add_argument("--cases", required=True, help="the case file the runs were measured from")
     p.add_argument("--summary", required=True, help="per-run CSV of `python -m validation serve --summary`")
     p.add_argument("--md", help="also write the table here")
+    p.add_argument("--graph-build-ms", type=float, default=None,
+                   help="what-if: re-simulate with this cuDNN graph build (hf_host.HF_CB_GRAPH_BUILD_MS) instead of "
+                        "the committed one")
     args = p.parse_args(argv)
     try:
-        rows = compare_rows(args.cases, args.summary)
+        if args.graph_build_ms is not None:
+            if not args.graph_build_ms >= 0:
+                raise ValueError(f"--graph-build-ms: expected ms >= 0, got {args.graph_build_ms:g}")
+            rows = _with_graph_build(args.graph_build_ms, args.cases, args.summary)
+        else:
+            rows = compare_rows(args.cases, args.summary)
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -25,6 +25,9 @@ the phased steps' forward and, for steps without phases, the step minus the fitt
 elements come from the CSV where it has them (`read_full_tokens`, `read_sliding_tokens`, measured), else from
 the step's cached tokens (`max_kv_read`) for the run's groups. The numbers are printed in the form hf_host.py
 reads, with the fitted model's step-time error per run.
+
+`--builds` fits nothing and prints, per run, the cuDNN graph build its steps imply against the committed constants
+and the host's speed in those steps (`build_report`; docs/serving.md "What the graph build depends on").
 """
 
 from __future__ import annotations
@@ -202,6 +205,76 @@ def model_ms(fit: dict, r: dict) -> float:
             + max(r["gpu_ms"], fit["LAUNCH_MS"] * r["kernels"]) + fit["GRAPH_BUILD_MS"] * r.get("new_graphs", 0))
 
 
+COMPILE_MS = 300.0  # a step this far above its priced forward is a JIT compile (h200_serve_first_build_cache.csv)
+FAST_GAUGE, SLOW_GAUGE = 1.15, 1.3  # the host gauge's two states (docs/serving.md, "What the graph build depends on")
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def build_report(rows: list[dict]) -> list[dict]:
+    """Per run (priced and marked steps, in order), what its steps imply against the committed hf_host constants:
+    the cuDNN graph build, (forward - max(GPU ms, LAUNCH x kernels)) / new graphs over the steps that build one
+    (the forward the engine's own where phased, else the step less the priced prepare and update; steps more than
+    COMPILE_MS above are JIT compiles, left out), its median, 10th and 90th percentile; the host gauge, the measured
+    prepare phase over the priced one (pure Python: the host's speed in that step, where the priced prepare is at
+    least 1 ms), its median and the build's median over the steps at gauge < FAST_GAUGE and > SLOW_GAUGE; and the
+    same forward residual over the steps that repeat a shape (no build). The last entry is every run together."""
+    from estimator.serve import hf_host
+
+    per: dict = {}
+    for r in rows:
+        s = r["shape"]
+        if r.get("phased"):
+            forward = r["forward_ms"]
+        else:
+            forward = r["duration_ms"] - hf_host.prepare_ms(s) - hf_host.update_ms(s)
+        rest = forward - max(r["gpu_ms"], hf_host.HF_CB_LAUNCH_MS * r["kernels"])
+        d = per.setdefault(r["run"], {"builds": [], "gauged": [], "repeated": []})
+        new = r.get("new_graphs", 0)
+        if not new:
+            d["repeated"].append(rest)
+            continue
+        if rest / new > COMPILE_MS:
+            continue
+        d["builds"].append(rest / new)
+        priced = hf_host.prepare_ms(s)
+        if r.get("phased") and priced >= 1.0:
+            d["gauged"].append((r["prepare_ms"] / priced, rest / new))
+    every = {"builds": [], "gauged": [], "repeated": []}
+    for d in per.values():
+        for k in every:
+            every[k] += d[k]
+    out = []
+    for run, d in [*per.items(), ("all", every)]:
+        b = sorted(d["builds"])
+        out.append({"run": run, "steps": len(b), "build_ms": _median(b),
+                    "build_p10_ms": b[len(b) // 10] if b else None,
+                    "build_p90_ms": b[(9 * len(b)) // 10] if b else None,
+                    "gauge": _median([g for g, _ in d["gauged"]]),
+                    "fast_build_ms": _median([x for g, x in d["gauged"] if g < FAST_GAUGE]),
+                    "slow_build_ms": _median([x for g, x in d["gauged"] if g > SLOW_GAUGE]),
+                    "fast_steps": sum(1 for g, _ in d["gauged"] if g < FAST_GAUGE),
+                    "slow_steps": sum(1 for g, _ in d["gauged"] if g > SLOW_GAUGE),
+                    "repeated_steps": len(d["repeated"]), "repeated_rest_ms": _median(d["repeated"])})
+    return out
+
+
+def _ms(x) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def print_build_report(report: list[dict]) -> None:
+    print("run | steps with a build | implied build ms: median (p10-p90) | host gauge | build ms at gauge "
+          f"< {FAST_GAUGE:g} (steps) / > {SLOW_GAUGE:g} (steps) | repeated-shape steps, forward residual ms")
+    for e in report:
+        gauge = "-" if e["gauge"] is None else f"{e['gauge']:.2f}"
+        print(f"{e['run']} | {e['steps']} | {_ms(e['build_ms'])} ({_ms(e['build_p10_ms'])}-{_ms(e['build_p90_ms'])}) "
+              f"| {gauge} | {_ms(e['fast_build_ms'])} ({e['fast_steps']}) / {_ms(e['slow_build_ms'])} "
+              f"({e['slow_steps']}) | {e['repeated_steps']}, {_ms(e['repeated_rest_ms'])}")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m validation.serving.fit", description=__doc__.splitlines()[0])
     p.add_argument("--cases", action="append", required=True, help="a case file the steps were measured from "
@@ -212,6 +285,9 @@ def main(argv=None) -> int:
                    help="refit leaving out the steps more than this many ms above the first fit (a JIT compile's "
                         "0.5-1 s step, validation/data/h200_serve_first_build_cache.csv); the committed constants "
                         "are the fit without it")
+    p.add_argument("--builds", action="store_true",
+                   help="fit nothing: print per run the graph build and host speed its steps imply against the "
+                        "committed constants (build_report)")
     args = p.parse_args(argv)
     try:
         if len(args.cases) != len(args.steps):
@@ -227,6 +303,9 @@ def main(argv=None) -> int:
                 price_step(pricers[r["run"]][1], r)
             mark_new_graphs(mine, pricers, shared_process(steps))
             rows += mine
+        if args.builds:
+            print_build_report(build_report(rows))
+            return 0
         fit = fit_host(rows)
         if args.max_residual_ms is not None:
             kept = [r for r in rows if r["duration_ms"] - model_ms(fit, r) <= args.max_residual_ms]

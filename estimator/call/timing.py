@@ -7,8 +7,12 @@ time = max(GPU work, host dispatch, serial chain) + overhead, per (backend, mode
     length is padded to the kernel's query tile (a decode-shaped call with L=2 computes a whole 64- or 128-row
     tile), head_dim to the kernel's instantiation (FA2: multiples of 32), causal tiles above the diagonal skipped;
     times the wave-quantisation factor: a forward kernel without split-KV (cuDNN, memory-efficient) runs
-    B·Hq·ceil(L/tile) CTAs on `sm_count` SMs, so 16 CTAs use 16 of 132 SMs for the whole key loop. Backward
-    kernels are parallel over key tiles (B·Hq·ceil(S/tile) CTAs). At the 16-bit tensor-core peak.
+    B·Hq·ceil(L/tile) CTAs on `sm_count` SMs, so 16 CTAs use 16 of 132 SMs for the whole key loop. FA2's forward
+    splits its keys only where PyTorch's heuristic does (never with dropout; `_flash_forward`), else it is its
+    standard kernel's 128-row tiles in waves; the efficient forward's q·kᵀ runs head_dim in steps of 32 and its p·v
+    at 64 or 128 columns (`_efficient_forward_width`). Backward kernels are parallel over key tiles
+    (B·Hq·ceil(S/tile) CTAs). At the 16-bit tensor-core peak, which the fit holds as the fastest rate
+    (validation/timing/fit_time.py COMPUTE_LOWER).
   - the same compute for fp32 inputs, at the fp32 peak (a separate fit: each path's fp32 kernels reach another
     share of their peak).
   - masked compute: the same for calls with an attn_mask on cuDNN or the efficient kernel (they add a bias tile
@@ -67,6 +71,7 @@ import numpy as np
 
 from estimator.call import op_chain, registry
 from estimator.call.flops import block_fraction
+from estimator.call.memory import flash_num_splits
 from estimator.call.shapes import Calls
 from estimator.hardware import GPU
 from estimator.units import cdiv, round_up
@@ -105,10 +110,10 @@ FIT_FACTORS = {
     ("cudnn", True): (0.913, 0.913, 0.406, 2.391, 1.021, 0.313, 1000.0, 0.578, 2.02, 2.777, 0.0, 0.0, 0.339),
     ("eager", False): (1.0, 1.0, 1.0, 0.524, 1000.0, 0.851, 0.611, 1.0, 1.0, 1000.0, 0.0162, 0.0, 0.11),
     ("eager", True): (1.0, 1.0, 1.0, 0.536, 1000.0, 1.583, 0.665, 1.0, 1.0, 1000.0, 0.0512, 0.0, 0.291),
-    ("efficient", False): (2.129, 0.83, 0.674, 0.804, 0.101, 0.142, 1000.0, 0.225, 0.924, 1000.0, 0.0, 0.0, 0.074),
-    ("efficient", True): (0.323, 0.726, 0.721, 0.492, 0.137, 0.08, 1000.0, 0.051, 0.085, 4.894, 0.0, 0.00106, 0.381),
-    ("flash", False): (0.413, 0.413, 0.413, 0.755, 1.267, 0.643, 1000.0, 0.341, 1.186, 4.199, 0.0, 0.0, 0.091),
-    ("flash", True): (0.356, 0.356, 0.356, 1000.0, 1.771, 0.184, 1000.0, 0.304, 0.159, 64.28, 0.0, 0.0, 0.407),
+    ("efficient", False): (1.0, 0.805, 0.65, 0.749, 0.11, 0.12, 1000.0, 0.238, 0.877, 1000.0, 0.0, 0.0, 0.073),
+    ("efficient", True): (0.327, 0.725, 0.711, 0.543, 0.134, 0.077, 1000.0, 0.054, 0.085, 5.019, 0.0, 0.00106, 0.381),
+    ("flash", False): (0.418, 0.418, 0.418, 1000.0, 1.226, 0.692, 1000.0, 0.342, 0.412, 4.066, 0.0, 0.0, 0.094),
+    ("flash", True): (0.353, 0.353, 0.353, 1000.0, 2.092, 4.349, 1000.0, 0.292, 0.191, 1000.0, 0.0, 0.0, 0.42),
     ("math", False): (1.0, 1.0, 1.0, 0.522, 1000.0, 0.637, 0.793, 1.0, 1.0, 1000.0, 0.0102, 0.0, 0.189),
     ("math", True): (1.0, 1.0, 1.0, 0.349, 1000.0, 1.301, 1.439, 1.0, 1.0, 1000.0, 0.0358, 0.0, 0.365),
 }
@@ -131,9 +136,9 @@ for _g in (False, True):  # flex: flash's compute rates times FLEX_FLOP_SHARE, f
 OVERLAPPED_SOFTMAX = (("cudnn", False),)
 EXP_TERM = 4  # the exp term's place in time_terms' stack
 
-# query-tile rows of the forward kernel: FA2's split-KV forward kBlockM 64 (flex: 128-row blocks); cuDNN's
-# Hopper kernel 128; the efficient (CUTLASS) kernel 64 for head_dim <= 128, 32 above (its *_32x128_gmem kernels)
-SPLIT_KV = ("flash", "flex")  # forwards that split the key loop over CTAs when B·H·tiles is below the SM count
+# query-tile rows of the forward kernel: FA2's split-KV forward kBlockM 64 (its standard kernel's 128: `_flash_forward`;
+# flex: 128-row blocks); cuDNN's Hopper kernel 128; the efficient (CUTLASS) kernel 64 for head_dim <= 128, 32 above
+# (its *_32x128_gmem kernels)
 BWD_KEY_TILE = {"flash": 128, "flex": 128, "cudnn": 128, "efficient": 64}
 
 
@@ -160,11 +165,39 @@ def wave_factor(ctas, sms):
     return cdiv(ctas, sms) * sms / ctas
 
 
+def _efficient_forward_width(c: Calls):
+    """Executed widths (q·k's + p·v's) of the memory-efficient (CUTLASS) forward per score element: its first GEMM
+    (q·kᵀ) runs the head_dim in K steps of 32 (kernel_forward.h MM0: ThreadblockShape::kK, 32 for 16-bit and fp32
+    on Sm80+), so a head_dim of 32 or 96 is not padded there; its second (p·v) writes output tiles of kKeysPerBlock
+    columns: 64 for the kMaxK-64 kernel (max(D, Dv) <= 64), 128 for the kMaxK-128 and gmem kernels
+    (fmha_cutlassF_*_64x64_rf, 64x128_rf, 32x128_gmem), so v's width is padded to 64 or a multiple of 128."""
+    kmax = np.maximum(c.D, c.Dv)
+    return (round_up(c.D, 32) + round_up(c.Dv, np.where(kmax <= 64, 64, 128))).astype(np.float64)
+
+
+def _flash_forward(c: Calls, sms: int):
+    """(padded query rows over all heads, CTAs, split) of FA2's forward as PyTorch runs it (flash_api.cpp,
+    torch 2.11): a single-token GQA query is viewed as (B, Hk, Hq/Hk) (seqlenq_ngroups_swapped); the split-KV kernel
+    (64-row query tiles, the key loop spread over CTAs: no wave loss) runs where `flash_num_splits` chooses more
+    than one split, which it never does with dropout ("SplitKV is not implemented for dropout") nor with
+    B·heads·ceil(q/64) >= 0.8·2·SMs; else the standard kernel: 128-row tiles, one CTA per (batch, head, tile), in
+    waves over the SMs."""
+    swap = (c.L == 1) & c.gqa & ~c.has_dropout & (c.D % 8 == 0)
+    heads = np.where(swap, c.Hk, c.Hq)
+    q_len = np.where(swap, c.Hq // np.maximum(c.Hk, 1), c.L)
+    split = flash_num_splits(c, heads, q_len, round_up(c.D, 8), sms) > 1
+    tile = np.where(split, 64, 128)
+    tiles = cdiv(q_len, tile)
+    return heads * tiles * tile, c.B * heads * tiles, split
+
+
 def tile_geometry(c: Calls, backend, sms: int):
-    """What `executed_tile_flops` computes once for its three uses in `time_terms`: (base, d, rv, forward wave,
-    backward wave): the tile-padded B·Hq·L·S·d product (times the causal or block share), the executed head_dim,
-    v's executed width over it, and the wave factors (1 for split-KV forwards). None for a single backend name
-    that is not fused (math, eager: their op chain is priced instead)."""
+    """What `executed_tile_flops` computes once for its three uses in `time_terms`: (base, d, rv, forward
+    multiplier, backward wave, forward width): the tile-padded B·Hq·L·S·d product (times the causal or block
+    share), the executed head_dim, v's executed width over it, the forward's wave factor (1 for split-KV forwards;
+    for flash also its own query padding over base's: `_flash_forward`), the backward's, and the forward's executed
+    q·k + p·v widths over d (1 + rv but for the efficient kernel: `_efficient_forward_width`). None for a single
+    backend name that is not fused (math, eager: their op chain is priced instead)."""
     if np.ndim(backend) == 0 and str(backend) not in registry.FUSED:
         return None
     mt = _query_tile(c, backend)
@@ -181,8 +214,13 @@ def tile_geometry(c: Calls, backend, sms: int):
     fwd_ctas = c.B * c.Hq * cdiv(c.L, mt)
     bwd_ctas = c.B * c.Hq * cdiv(c.S, nt_b)
     rv = _head_dim_executed(c, backend, c.Dv).astype(np.float64) / d
-    return (base, d, rv, np.where(np.isin(backend, SPLIT_KV), 1.0, wave_factor(fwd_ctas, sms)),
-            wave_factor(bwd_ctas, sms))
+    fwd = np.where(backend == "flex", 1.0, wave_factor(fwd_ctas, sms))
+    flash = backend == "flash"
+    if np.any(flash):
+        rows, ctas, split = _flash_forward(c, sms)
+        fwd = np.where(flash, rows / (c.Hq * lp) * np.where(split, 1.0, wave_factor(ctas, sms)), fwd)
+    width = np.where(backend == "efficient", _efficient_forward_width(c) / d, 1.0 + rv)
+    return base, d, rv, fwd, wave_factor(bwd_ctas, sms), width
 
 
 def executed_tile_flops(c: Calls, backend, executed, sms: int, per_score: bool = False,
@@ -200,10 +238,10 @@ def executed_tile_flops(c: Calls, backend, executed, sms: int, per_score: bool =
     if geometry is None:  # one backend, not fused
         shape = np.broadcast(executed, *(getattr(c, f) for f in c.__dataclass_fields__)).shape
         return np.broadcast_to(np.float64(0.0) if per_score else executed, shape).copy()
-    base, d, rv, fwd_wave, bwd_wave = geometry
+    base, d, rv, fwd_wave, bwd_wave, width = geometry
     # per q/k-width score element: forward 2·(Dq + Dv), backward 2·(3·Dq + 2·Dv) at the executed widths (4 and 10
     # where v is as wide as q and k)
-    kf, kb = (score_passes[0] / d, score_passes[1] / d) if per_score else (2.0 * (1.0 + rv), 6.0 + 4.0 * rv)
+    kf, kb = (score_passes[0] / d, score_passes[1] / d) if per_score else (2.0 * width, 6.0 + 4.0 * rv)
     fwd = kf * base * fwd_wave
     bwd = np.where(c.grad, kb * base * bwd_wave, 0.0)
     fused = np.isin(backend, registry.FUSED)

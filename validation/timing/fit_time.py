@@ -33,34 +33,45 @@ SHORT_WEIGHT = 0.25  # weight of rows under 1 ms (overhead-dominated) relative t
 MIN_OVERHEAD_MS = 0.02
 
 
-def _solve(design, weights):
-    """Least squares of weighted relative error, columns with a negative coefficient dropped one at a time."""
+def _solve(design, weights, lower=None):
+    """Least squares of weighted relative error, columns with a negative coefficient dropped one at a time; a column
+    whose coefficient comes out below its `lower` bound (> 0) is held at that bound and the rest refitted."""
+    lower = np.zeros(design.shape[1]) if lower is None else np.asarray(lower, dtype=np.float64)
     keep = [True] * design.shape[1]
+    fixed = np.zeros(design.shape[1])
     while True:
         cols = [i for i, k in enumerate(keep) if k]
         a = design[:, cols] * weights[:, None]
-        coef = np.linalg.lstsq(a, weights, rcond=None)[0]
-        full = np.zeros(design.shape[1])
+        target = weights * (1.0 - design @ fixed)
+        coef = np.linalg.lstsq(a, target, rcond=None)[0]
+        full = fixed.copy()
         full[cols] = coef
+        low = [cols[i] for i in range(len(cols)) if lower[cols[i]] > 0 and coef[i] < lower[cols[i]]]
+        if low:
+            j = min(low, key=lambda i: full[i] / lower[i])
+            fixed[j], keep[j] = lower[j], False
+            continue
         neg = [cols[i] for i in range(len(cols)) if coef[i] < 0]
         if not neg:
             return full
         keep[min(neg, key=lambda i: full[i])] = False
 
 
-def _solve_regimes(terms, branches, meas, w, iterations: int = 30):
+def _solve_regimes(terms, branches, meas, w, iterations: int = 30, lower_terms=None):
     """Coefficients (a_terms..., h_branches..., c) of time = max(Σ a·terms, h_1·x_1, h_2·x_2, ...) + c (the
     branches x: kernel launches, dQ lock steps), least squares of weighted relative error, numpy only: start from
     the sum (every branch added), then assign each row to the regime that its current prediction says is the
-    longest and refit all regimes' linear models together, until the assignment stops changing."""
+    longest and refit all regimes' linear models together, until the assignment stops changing. lower_terms: the
+    least coefficient of each term (0: none)."""
     nt, nb = terms.shape[1], branches.shape[1]
+    lower = np.concatenate([np.zeros(nt) if lower_terms is None else lower_terms, np.zeros(nb + 1)])
     ones = np.ones((len(meas), 1))
     designs = [np.concatenate([terms, np.zeros_like(branches), ones], axis=1)]
     for j in range(nb):
         only = np.zeros_like(branches)
         only[:, j] = branches[:, j]
         designs.append(np.concatenate([np.zeros_like(terms), only, ones], axis=1))
-    coef = _solve(np.concatenate([terms, branches, ones], axis=1) / meas[:, None], w)
+    coef = _solve(np.concatenate([terms, branches, ones], axis=1) / meas[:, None], w, lower)
     regime = None
     for _ in range(iterations):
         parts = np.column_stack([terms @ coef[:nt]] + [branches[:, j] * coef[nt + j] for j in range(nb)])
@@ -69,9 +80,15 @@ def _solve_regimes(terms, branches, meas, w, iterations: int = 30):
             break
         regime = new
         design = np.choose(regime[:, None], designs) / meas[:, None]
-        coef = _solve(design, w)
+        coef = _solve(design, w, lower)
     return coef
 
+
+# a tensor-core compute term (16-bit, fp32, masked, wide: time_terms' places 0, 1, 2, 7) runs at most at its peak:
+# its fit factor is held <= 1 (coefficient >= 1). Unbounded, the efficient forward's compute came out at 2.15x
+# the 16-bit peak, its softmax (exp) term carrying the time instead: the two are nearly collinear on head_dim
+# 64-128 rows, and at head_dim 32 (fewer FLOPs a score) that split priced a call 54% long.
+COMPUTE_LOWER = np.array([1.0, 1.0, 1.0, 0, 0, 0, 0, 1.0, 0, 0])
 
 # the softmax pipeline's rate (OVERLAPPED_SOFTMAX groups), as a share of the nominal exp rate: chosen from this grid
 SOFTMAX_RATE_GRID = tuple(round(0.2 + 0.01 * i, 2) for i in range(81))
@@ -81,7 +98,7 @@ def _fit_group(t, x, m, w, used, has, nt, nb):
     """The coefficients of one (backend, grad) group: the terms' a, ms per kernel and per dQ lock step, the softmax
     branch (0 here: `fit` sets it), overhead ms."""
     coef = np.zeros(nt + nb + 1)
-    sub = _solve_regimes(t[:, used], x[:, has], m, w)
+    sub = _solve_regimes(t[:, used], x[:, has], m, w, lower_terms=COMPUTE_LOWER[used])
     coef[np.flatnonzero(used)] = sub[:used.sum()]
     coef[nt + has] = sub[used.sum():-1]
     coef[-1] = max(sub[-1], MIN_OVERHEAD_MS)

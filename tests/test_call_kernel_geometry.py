@@ -96,3 +96,47 @@ def test_head_dim_sweep_measured_after_the_change():
     assert big.sum() == 143 and np.median(err[big]) <= 0.08
     eff = big & (d.backend == "efficient").to_numpy() & (d["mode"] == "forward").to_numpy()
     assert np.median(err[eff]) <= 0.07
+
+
+def test_kernel_family_shares_are_reproduced_from_the_probe():
+    """op_chain.KERNEL_CLASS_BW_SHARE is what `python -m validation.timing.kernel_classes` prints from
+    validation/data/h200_kernel_probe.csv (every kernel of 664 math and eager calls timed one by one)."""
+    from estimator.call import op_chain
+    from validation.timing.kernel_classes import shares
+
+    probe = pd.read_csv(DATA / "h200_kernel_probe.csv", dtype=str, keep_default_na=False)
+    probe["error"] = probe["error"].replace("", np.nan)
+    cases = pd.read_csv(DATA.parent / "cases" / "h200_kernel_probe.csv", dtype=str, keep_default_na=False)
+    table = shares(probe, cases)
+    assert dict(zip(table["family"], table["share"], strict=True)) == op_chain.KERNEL_CLASS_BW_SHARE
+    # a vectorized pass reaches ~86% of HBM bandwidth; repeat_interleave's strided copy and the group sums of a GQA
+    # backward about a third of it
+    assert op_chain.KERNEL_CLASS_BW_SHARE["vec"] > 0.8 > 0.35 > op_chain.KERNEL_CLASS_BW_SHARE["copy"]
+
+
+def test_softmax_kernel_follows_the_row_length():
+    from estimator.call import op_chain
+
+    assert list(op_chain.softmax_kernel("fwd", [1024, 2048, 4096, 16384, 32768])) == [
+        "warp", "warp", "reg", "block", "block_long"]
+    assert list(op_chain.softmax_kernel("bwd", [1024, 4096, 4097, 65536])) == ["warp", "smem", "block", "block_long"]
+
+
+def test_eager_gpu_time_against_the_probes_kernel_durations():
+    """The eager forward's priced GPU work (its op chain at each kernel family's share) against the sum of its
+    kernels' measured durations, on the probe's GPU-bound calls >= 1 ms: median |error| 9% (12.7% with one
+    bandwidth factor for every elementwise kernel)."""
+    from estimator.call.flops import executed_flops
+    from estimator.call.table import calls_from_frame
+
+    probe = pd.read_csv(DATA / "h200_kernel_probe.csv")
+    probe = probe[probe["error"].isna()]
+    sums = probe.groupby("id").agg(call=("call_ms", "first"), gpu=("duration_us", lambda x: x.sum() / 1e3))
+    cases = pd.read_csv(DATA.parent / "cases" / "h200_kernel_probe.csv", dtype=str, keep_default_na=False)
+    d = cases[(cases.backend == "eager") & (cases["mode"] == "forward")].merge(sums, left_on="id", right_index=True)
+    d = d[(d.call >= 1.0) & (d.gpu > 0.9 * d.call)].reset_index(drop=True)
+    c, backend, _ = calls_from_frame(d)
+    gpu = get_gpu("h200")
+    terms = timing.time_terms(c, "eager", executed_flops(c, "eager"), gpu)
+    priced = (terms / np.array(timing.FIT_FACTORS[("eager", False)][:10])).sum(axis=-1)
+    assert len(d) >= 40 and np.median(np.abs(priced / d.gpu.to_numpy() - 1)) <= 0.10

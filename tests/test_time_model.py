@@ -202,13 +202,14 @@ def test_h200_long_call_held_out_set():
 
 def test_h200_call_time_on_held_out_set_7():
     """validation/data/h200_heldout7.csv (seed 31, committed before it was measured, after the cuDNN softmax change,
-    on a slow host): median |error| 12.1% on its SDPA and eager calls >= 1 ms (13.0% before flash's kernel choice
-    and the efficient forward's widths, tests/test_call_kernel_geometry.py); the 8% target is not met there."""
+    on a slow host): median |error| 11.6% on its SDPA and eager calls >= 1 ms (13.0% before flash's kernel choice
+    and the efficient forward's widths and the op chains' kernel families, tests/test_call_kernel_geometry.py); the 8%
+    target is not met there."""
     import numpy as np
 
     _, cols, err, measured = _call_errors("h200_heldout7.csv")
     big = (measured >= 1.0) & (cols["selected_backend"] != "flex")
-    assert big.sum() >= 60 and float(np.median(np.abs(err[big]))) <= 0.125
+    assert big.sum() >= 60 and float(np.median(np.abs(err[big]))) <= 0.12
 
 
 def test_cudnn_forward_softmax_is_a_pipeline_beside_the_mmas():

@@ -53,7 +53,9 @@ from estimator.call.shapes import Calls
 @dataclass
 class Op:
     """One op of the chain, vectorized over calls: kernel launches (0 where the op is absent), FLOPs and HBM bytes;
-    kind 'gemm' (a bmm: roofline), 'ew' (elementwise, reduction, softmax: bytes) or 'dropout' (native_dropout)."""
+    kind 'gemm' (a bmm: roofline), 'ew' (elementwise, reduction, softmax: bytes) or 'dropout' (native_dropout);
+    cls, for 'ew': the kernel family its launches run (`KERNEL_CLASSES`), which sets the share of HBM bandwidth
+    it reaches."""
 
     name: str
     kind: str
@@ -61,6 +63,7 @@ class Op:
     flops: np.ndarray
     bytes: np.ndarray
     gemm: tuple | None = None  # a bmm's (batch, m, n, k): `timing` pads it to cuBLAS's tiles and counts its waves
+    cls: str = "vec"
 
 
 def _f(x):
@@ -97,17 +100,22 @@ def math_ops(c: Calls) -> list[Op]:
     es, half, gqa, grad, drop, P, Q, K, Ke, LS, BLS, zero, on = _sizes(c)
 
     ops = [
-        Op("upcast q, k, v", "ew", on(half, 3), zero, np.where(half, (Q + 2 * K) * (es + 4), 0)),
-        Op("repeat_interleave k, v", "ew", on(gqa, 2), zero, np.where(gqa, 2 * (K + Ke) * 4, 0)),
+        Op("upcast q, k, v", "ew", on(half, 3), zero, np.where(half, (Q + 2 * K) * (es + 4), 0), cls="cast"),
+        Op("repeat_interleave k, v", "ew", on(gqa, 2), zero, np.where(gqa, 2 * (K + Ke) * 4, 0), cls="copy"),
         Op("q, kT * sqrt(scale)", "ew", on(True, 2), zero, (Q + Ke) * 8),
         _bmm("bmm q kT", on(True), c, c.L, c.S, c.D, 4),
         Op("causal mask: ones.tril, logical_not, where, add_", "ew", on(c.causal, 6), zero,
-           np.where(c.causal, LS * 8 + P * 8, 0)),
+           np.where(c.causal, LS * 8 + P * 8, 0), cls="broadcast"),
         Op("bool mask: logical_not, where, add_", "ew", on(c.mask_bool, 4), zero,
-           np.where(c.mask_bool, BLS * 7 + P * 8, 0)),
-        Op("float mask: add_", "ew", on(c.mask_float), zero, np.where(c.mask_float, BLS * es + P * 8, 0)),
-        # softmax (read, write), eq (read 4, write 1), all (read 1), where (read 4 + 1, write 4), 0-dim fill
-        Op("_safe_softmax", "ew", on(True, 5), zero, P * 8 + P * 5 + P * 1 + P * 9),
+           np.where(c.mask_bool, BLS * 7 + P * 8, 0), cls="broadcast"),
+        Op("float mask: add_", "ew", on(c.mask_float), zero, np.where(c.mask_float, BLS * es + P * 8, 0),
+           cls="broadcast"),
+        # _safe_softmax: softmax (read, write), eq (read 4, write 1), all over the row (read 1), where (read 4 + 1
+        # broadcast, write 4) and a 0-dim fill
+        Op("_safe_softmax: softmax", "ew", on(True), zero, P * 8, cls="softmax_fwd"),
+        Op("_safe_softmax: eq(-inf), 0-dim fill", "ew", on(True, 2), zero, P * 5),
+        Op("_safe_softmax: all over the row", "ew", on(True), zero, P * 1, cls="reduce"),
+        Op("_safe_softmax: where", "ew", on(True), zero, P * 9, cls="broadcast"),
         Op("native_dropout", "dropout", on(drop), zero, np.where(drop, P * 9, 0)),
         _bmm("bmm p v", on(True), c, c.L, c.Dv, c.S, 4),
         Op("out, attn .to(dtype)", "ew", on(half, 2), zero, np.where(half, (Q + P) * (4 + es), 0)),
@@ -115,16 +123,18 @@ def math_ops(c: Calls) -> list[Op]:
     g = lambda cond=True, n=1: on(grad & cond, n)  # noqa: E731 - backward kernels
     b = lambda x: np.where(grad, x, 0)  # noqa: E731 - backward bytes or FLOPs
     ops += [
-        Op("grad_out .to(float32)", "ew", g(half), zero, b(np.where(half, Q * (es + 4), 0))),
+        Op("grad_out .to(float32)", "ew", g(half), zero, b(np.where(half, Q * (es + 4), 0)), cls="cast"),
         _bmm("bmm dO vT", g(), c, c.L, c.S, c.Dv, 4),
         _bmm("bmm pT dO", g(), c, c.S, c.Dv, c.L, 4),
         Op("native_dropout_backward", "dropout", g(drop), zero, b(np.where(drop, P * 9, 0))),
-        Op("where backward, softmax_backward", "ew", g(True, 2), zero, b(P * 9 + P * 12)),
+        Op("where backward", "ew", g(), zero, b(P * 12)),
+        Op("softmax_backward", "ew", g(), zero, b(P * 12), cls="softmax_bwd"),
         _bmm("bmm dS k", g(), c, c.L, c.D, c.S, 4),
         _bmm("bmm qT dS", g(), c, c.D, c.S, c.L, 4),
         Op("sqrt(scale) mul backward", "ew", g(True, 2), zero, b((Q + Ke) * 8)),
-        Op("dK contiguous", "ew", g(~gqa), zero, b(np.where(gqa, 0, K * 8))),
-        Op("dK, dV summed over the group", "ew", g(gqa, 2), zero, b(np.where(gqa, 2 * (Ke + K) * 4, 0))),
+        Op("dK contiguous", "ew", g(~gqa), zero, b(np.where(gqa, 0, K * 8)), cls="copy"),
+        Op("dK, dV summed over the group", "ew", g(gqa, 2), zero, b(np.where(gqa, 2 * (Ke + K) * 4, 0)),
+           cls="reduce"),
         Op("dq, dk, dv .to(dtype)", "ew", g(half, 3), zero, b(np.where(half, (Q + 2 * K) * (4 + es), 0))),
     ]
     return ops
@@ -136,15 +146,18 @@ def eager_ops(c: Calls) -> list[Op]:
     masked = c.causal | c.mask_bool
 
     ops = [
-        Op("repeat_interleave k, v", "ew", on(gqa, 2), zero, np.where(gqa, 2 * (K + Ke) * es, 0)),
+        Op("repeat_interleave k, v", "ew", on(gqa, 2), zero, np.where(gqa, 2 * (K + Ke) * es, 0), cls="copy"),
         _bmm("bmm q kT", on(True), c, c.L, c.S, c.D, es),
         Op("* scale", "ew", on(True), zero, P * 2 * es),
-        Op("causal: ones, triu, masked_fill", "ew", on(c.causal, 3), zero, np.where(c.causal, LS * 3 + P * 2 * es, 0)),
+        Op("causal: ones, triu, masked_fill", "ew", on(c.causal, 3), zero, np.where(c.causal, LS * 3 + P * 2 * es, 0),
+           cls="broadcast"),
         Op("bool mask: ~mask, masked_fill", "ew", on(c.mask_bool, 2), zero,
-           np.where(c.mask_bool, BLS * 3 + P * 2 * es, 0)),
-        Op("float mask: add", "ew", on(c.mask_float), zero, np.where(c.mask_float, BLS * es + P * 2 * es, 0)),
-        Op(".float(), softmax, .to(dtype)", "ew", on(True) + on(half, 2), zero,
-           P * 8 + np.where(half, 2 * P * (es + 4), 0)),
+           np.where(c.mask_bool, BLS * 3 + P * 2 * es, 0), cls="broadcast"),
+        Op("float mask: add", "ew", on(c.mask_float), zero, np.where(c.mask_float, BLS * es + P * 2 * es, 0),
+           cls="broadcast"),
+        Op(".float()", "ew", on(half), zero, np.where(half, P * (es + 4), 0), cls="cast"),
+        Op("softmax", "ew", on(True), zero, P * 8, cls="softmax_fwd"),
+        Op(".to(dtype)", "ew", on(half), zero, np.where(half, P * (4 + es), 0)),
         Op("dropout", "dropout", on(drop), zero, np.where(drop, P * (2 * es + 1), 0)),
         _bmm("bmm p v", on(True), c, c.L, c.Dv, c.S, es),
     ]
@@ -154,16 +167,55 @@ def eager_ops(c: Calls) -> list[Op]:
         _bmm("bmm dO vT", g(), c, c.L, c.S, c.Dv, es),
         _bmm("bmm pT dO", g(), c, c.S, c.Dv, c.L, es),
         Op("dropout backward", "dropout", g(drop), zero, b(np.where(drop, P * (2 * es + 1), 0))),
-        Op("casts' and softmax backward", "ew", g() + g(half, 2), zero,
-           b(P * 12 + np.where(half, 2 * P * (es + 4), 0))),
-        Op("masked_fill backward", "ew", g(masked), zero, b(np.where(masked, P * 2 * es + BLS, 0))),
+        Op("grad .to(float32)", "ew", g(half), zero, b(np.where(half, P * (es + 4), 0)), cls="cast"),
+        # a P-sized fp32 pass beside softmax_backward (the profiler's vectorized BinaryFunctor before it: ~12 bytes an
+        # element at 4.2 TB/s, validation/data/h200_kernel_probe.csv)
+        Op("softmax backward's elementwise pass", "ew", g(), zero, b(P * 12)),
+        Op("softmax_backward", "ew", g(), zero, b(P * 12), cls="softmax_bwd"),
+        Op("grad .to(dtype)", "ew", g(half), zero, b(np.where(half, P * (4 + es), 0))),
+        Op("masked_fill backward", "ew", g(masked), zero, b(np.where(masked, P * 2 * es + BLS, 0)), cls="broadcast"),
         Op("* scale backward", "ew", g(), zero, b(P * 2 * es)),
         _bmm("bmm dS k", g(), c, c.L, c.D, c.S, es),
         _bmm("bmm qT dS", g(), c, c.D, c.S, c.L, es),
-        Op("layout copies of the bmm gradients", "ew", g(True, 2), zero, b((Q + K) * 2 * es)),
-        Op("dK, dV summed over the group", "ew", g(gqa, 1), zero, b(np.where(gqa, 2 * (Ke + K) * es, 0))),
+        Op("dK layout copy", "ew", g(~gqa), zero, b(np.where(gqa, 0, K * 2 * es)), cls="copy"),
+        Op("dK, dV summed over the group", "ew", g(gqa, 2), zero, b(np.where(gqa, 2 * (Ke + K) * es, 0)),
+           cls="reduce"),
     ]
     return ops
+
+
+# share of HBM bandwidth each kernel family reaches on the H200 (torch 2.11), from every kernel of 664 math and eager
+# calls timed one by one: python -m validation.timing.kernel_classes (validation/data/h200_kernel_probe.csv).
+# vec: vectorized elementwise kernels over contiguous operands; cast: the unrolled dtype-conversion copy; copy: a
+# non-vectorized copy of a permuted or expanded view (repeat_interleave, layout copies); broadcast: a non-vectorized
+# elementwise kernel with a broadcast operand (mask add, where, masked_fill); reduce: reduce_kernel (group sums,
+# all()); softmax_fwd/bwd:<kernel>: the softmax kernel PyTorch picks by row length (`softmax_kernel`).
+KERNEL_CLASS_BW_SHARE = {
+    "broadcast": 0.549, "cast": 0.429, "copy": 0.312, "reduce": 0.299, "vec": 0.855,
+    "softmax_bwd:block": 0.705, "softmax_bwd:block_long": 0.564, "softmax_bwd:smem": 0.874, "softmax_bwd:warp": 0.888,
+    "softmax_fwd:block": 0.698, "softmax_fwd:block_long": 0.422, "softmax_fwd:reg": 0.406, "softmax_fwd:warp": 0.753,
+}
+
+
+def softmax_kernel(direction: str, S):
+    """The softmax kernel aten/src/ATen/native/cuda/SoftMax.cu (torch 2.11) runs for rows of S elements, as the
+    probe saw it: forward warp-per-row up to 2048, the register kernel up to 8192, the block kernel above (its
+    three passes over a row stay in L2 at 16384, not at 32768 and more: block_long); backward warp up to 1024, the
+    shared-memory kernel up to 8192 (rows a multiple of 4; else the block kernel), the block kernel above."""
+    S = np.asarray(S)
+    if direction == "fwd":
+        return np.select([S <= 2048, S <= 8192, S <= 16384], ["warp", "reg", "block"], "block_long")
+    return np.select([S <= 1024, (S <= 8192) & (S % 4 == 0), S <= 16384], ["warp", "smem", "block"], "block_long")
+
+
+def bw_share(op: Op, c: Calls):
+    """The share of HBM bandwidth `op`'s kernels reach (KERNEL_CLASS_BW_SHARE), per call."""
+    if op.cls.startswith("softmax_"):
+        direction = op.cls.removeprefix("softmax_")
+        kernel = softmax_kernel(direction, c.S)
+        table = {k.split(":")[1]: v for k, v in KERNEL_CLASS_BW_SHARE.items() if k.startswith(op.cls + ":")}
+        return np.vectorize(table.__getitem__, otypes=[np.float64])(kernel) if np.ndim(kernel) else table[str(kernel)]
+    return KERNEL_CLASS_BW_SHARE[op.cls]
 
 
 CHAINS = {"math": math_ops, "eager": eager_ops}  # one per registry.OP_CHAIN backend (a test checks)

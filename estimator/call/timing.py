@@ -108,14 +108,14 @@ CTA_FLOOR_EVENT_MS = 0.01
 FIT_FACTORS = {
     ("cudnn", False): (0.724, 0.724, 0.434, 1.061, 0.48, 0.209, 1000.0, 0.975, 1.468, 1.822, 0.0, 0.0, 0.074),
     ("cudnn", True): (0.913, 0.913, 0.406, 2.391, 1.021, 0.313, 1000.0, 0.578, 2.02, 2.777, 0.0, 0.0, 0.339),
-    ("eager", False): (1.0, 1.0, 1.0, 0.524, 1000.0, 0.851, 0.611, 1.0, 1.0, 1000.0, 0.0162, 0.0, 0.11),
-    ("eager", True): (1.0, 1.0, 1.0, 0.536, 1000.0, 1.583, 0.665, 1.0, 1.0, 1000.0, 0.0512, 0.0, 0.291),
+    ("eager", False): (1.0, 1.0, 1.0, 0.934, 1000.0, 0.507, 0.658, 1.0, 1.0, 1000.0, 0.0167, 0.0, 0.106),
+    ("eager", True): (1.0, 1.0, 1.0, 0.977, 1000.0, 1.212, 0.695, 1.0, 1.0, 1000.0, 0.0467, 0.0, 0.368),
     ("efficient", False): (1.0, 0.805, 0.65, 0.749, 0.11, 0.12, 1000.0, 0.238, 0.877, 1000.0, 0.0, 0.0, 0.073),
     ("efficient", True): (0.327, 0.725, 0.711, 0.543, 0.134, 0.077, 1000.0, 0.054, 0.085, 5.019, 0.0, 0.00106, 0.381),
     ("flash", False): (0.418, 0.418, 0.418, 1000.0, 1.226, 0.692, 1000.0, 0.342, 0.412, 4.066, 0.0, 0.0, 0.094),
     ("flash", True): (0.353, 0.353, 0.353, 1000.0, 2.092, 4.349, 1000.0, 0.292, 0.191, 1000.0, 0.0, 0.0, 0.42),
-    ("math", False): (1.0, 1.0, 1.0, 0.522, 1000.0, 0.637, 0.793, 1.0, 1.0, 1000.0, 0.0102, 0.0, 0.189),
-    ("math", True): (1.0, 1.0, 1.0, 0.349, 1000.0, 1.301, 1.439, 1.0, 1.0, 1000.0, 0.0358, 0.0, 0.365),
+    ("math", False): (1.0, 1.0, 1.0, 1.061, 1000.0, 0.467, 0.721, 1.0, 1.0, 1000.0, 0.0082, 0.0, 0.221),
+    ("math", True): (1.0, 1.0, 1.0, 0.582, 1000.0, 0.87, 1.441, 1.0, 1.0, 1000.0, 0.033, 0.0, 0.442),
 }
 for _g in (False, True):  # flex: flash's compute rates times FLEX_FLOP_SHARE, flash's bandwidth and overhead
     _f, _f32, _m, _b, _e, _r, _gm, _w, _sq, _p, *_rest = FIT_FACTORS[("flash", _g)]
@@ -296,8 +296,8 @@ def chain_terms(c: Calls, backend, gpu: GPU):
                 gemm = gemm + np.maximum(gemm_executed_flops(op.gemm, gpu.sm_count) / peak, op.bytes / bw)
             elif op.kind == "dropout":
                 drop = drop + op.bytes / bw
-            else:
-                ew = ew + op.bytes / bw
+            else:  # at the share of bandwidth its kernel family reaches (op_chain.KERNEL_CLASS_BW_SHARE)
+                ew = ew + op.bytes / (bw * op_chain.bw_share(op, c))
         new = (gemm, ew, drop)
         out = [np.where(sel, n, o) for n, o in zip(new, out, strict=True)]
     return out

@@ -1,0 +1,120 @@
+"""The share of HBM bandwidth each kernel family of the math and eager op chains reaches, from per-kernel durations
+(estimator/call/op_chain.py KERNEL_CLASS_BW_SHARE).
+
+    python -m validation.timing.kernel_classes [validation/data/h200_kernel_probe.csv]
+
+The probe (validation/timing/kernel_probe.py) timed every GPU kernel of 664 math and eager calls. Each kernel is put
+in its family by name, as PyTorch 2.11 names them: `vectorized_elementwise_kernel` (vec: contiguous operands),
+`unrolled_elementwise_kernel<direct_copy...>` (cast: a dtype conversion copy), the other `elementwise_kernel<...>`
+and `triu_tril_kernel` (strided: a broadcast or permuted operand, TensorIterator's non-vectorized path), softmax
+kernels, `reduce_kernel`. Per call, the family's measured time is set against the op chain's bytes of that family at
+the GPU's HBM bandwidth; the share printed is the median over calls where the family ran at least MIN_US (shorter
+kernels are latency, not bandwidth). GEMMs and dropout keep their own fitted factors (estimator/call/timing.py).
+Pure pandas + numpy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+import numpy as np
+import pandas as pd
+
+MIN_US = 50.0  # a family's time in a call below which it is latency-bound, not priced by its bytes
+SOFTMAX_NAMES = (("softmax_warp_forward", "softmax_fwd:warp"), ("cunn_SoftMaxForwardReg", "softmax_fwd:reg"),
+                 ("cunn_SoftMaxForward", "softmax_fwd:block"), ("softmax_warp_backward", "softmax_bwd:warp"),
+                 ("cunn_SoftMaxBackwardSmem", "softmax_bwd:smem"), ("cunn_SoftMaxBackward", "softmax_bwd:block"))
+
+
+def family(name: str, S: int = 0) -> str:
+    """The kernel family of a CUDA kernel name (the module docstring; S: the call's row length, which splits the
+    block softmax kernels at 16384); 'gemm', 'dropout' or 'other' outside the priced families."""
+    if re.search(r"nvjet|xmma_gemm|gemmSN|gemvx|gemv2|splitKreduce|cutlass", name):
+        return "gemm"
+    if "dropout" in name or "masked_scale" in name:
+        return "dropout"
+    for pattern, fam in SOFTMAX_NAMES:
+        if pattern + "<" in name or pattern + "(" in name:
+            return fam + ("_long" if fam.endswith(":block") and S > 16384 else "")
+    if "reduce_kernel" in name:
+        return "reduce"
+    if "vectorized_elementwise_kernel" in name:
+        return "vec"
+    if "unrolled_elementwise_kernel" in name and "direct_copy" in name:
+        return "cast"
+    if "elementwise_kernel" in name and "direct_copy" in name:
+        return "copy"
+    if "elementwise_kernel" in name or "triu_tril" in name:
+        return "broadcast"
+    return "other"
+
+
+def measured_by_family(probe: pd.DataFrame, cases: pd.DataFrame) -> pd.DataFrame:
+    """Per call id, the microseconds its kernels of each family ran."""
+    k = probe[probe["error"].isna() | (probe["error"] == "")].copy()
+    rows = dict(zip(cases["id"], pd.to_numeric(cases["kv_len"]), strict=True))
+    k["family"] = [family(n, rows.get(i, 0)) for n, i in zip(k["kernel"], k["id"], strict=True)]
+    k["duration_us"] = pd.to_numeric(k["duration_us"])
+    return k.pivot_table(index="id", columns="family", values="duration_us", aggfunc="sum", fill_value=0.0)
+
+
+def modelled_by_family(cases: pd.DataFrame, gpu_name: str = "h200") -> pd.DataFrame:
+    """Per case id and family, the op chain's bytes over HBM bandwidth in microseconds (a share of 1)."""
+    from estimator.call import op_chain
+    from estimator.call.table import calls_from_frame
+    from estimator.hardware import get_gpu
+
+    bw = get_gpu(gpu_name).hbm_bytes_per_s / 1e6
+    out = {}
+    for backend in ("math", "eager"):
+        rows = cases[cases["backend"] == backend].reset_index(drop=True)
+        if rows.empty:
+            continue
+        c, _, _ = calls_from_frame(rows)
+        for op in op_chain.chain_ops(c, backend):
+            if op.kind != "ew":
+                continue
+            us = np.broadcast_to(op.bytes, (len(rows),)) / bw
+            keys = ([f"{op.cls}:{k}" for k in op_chain.softmax_kernel(op.cls.removeprefix("softmax_"), c.S)]
+                    if op.cls.startswith("softmax_") else [op.cls] * len(rows))
+            for i, key, v in zip(rows["id"], keys, us, strict=True):
+                out.setdefault(key, {}).setdefault(i, 0.0)
+                out[key][i] += float(v)
+    return pd.DataFrame(out).reindex(cases["id"]).fillna(0.0)
+
+
+def shares(probe: pd.DataFrame, cases: pd.DataFrame) -> pd.DataFrame:
+    """Per family: calls used, median share of HBM bandwidth (modelled us at full bandwidth over measured us) and
+    its interquartile range."""
+    meas = measured_by_family(probe, cases)
+    model = modelled_by_family(cases[cases["id"].isin(meas.index)])
+    rows = []
+    for fam in sorted(model.columns):
+        m = meas.get(fam, pd.Series(0.0, index=meas.index)).reindex(model.index).fillna(0.0)
+        use = (m >= MIN_US) & (model[fam] > 0)
+        ratio = model.loc[use, fam] / m[use]
+        rows.append({"family": fam, "calls": int(use.sum()),
+                     "share": round(float(ratio.median()), 3) if use.any() else None,
+                     "q25": round(float(ratio.quantile(0.25)), 3) if use.any() else None,
+                     "q75": round(float(ratio.quantile(0.75)), 3) if use.any() else None})
+    return pd.DataFrame(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m validation.timing.kernel_classes",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("probe", nargs="?", default="validation/data/h200_kernel_probe.csv")
+    parser.add_argument("--cases", default="validation/cases/h200_kernel_probe.csv")
+    args = parser.parse_args(argv)
+    probe = pd.read_csv(args.probe, dtype=str, keep_default_na=False)
+    probe["error"] = probe["error"].replace("", np.nan)
+    cases = pd.read_csv(args.cases, dtype=str, keep_default_na=False)
+    table = shares(probe, cases)
+    print(table.to_string(index=False))
+    print("KERNEL_CLASS_BW_SHARE = {" + ", ".join(f'"{r.family}": {r.share}' for r in table.itertuples()) + "}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -213,6 +213,13 @@ def flex_timeline(c: Calls) -> Timeline:
     return t
 
 
+def flash_query_view(c: Calls):
+    """(heads, query length) FA2 runs q as: a single-token GQA query without dropout (head_dim a multiple of 8) is
+    viewed as (B, Hk, Hq/Hk, D) (flash_api.cpp: seqlenq_ngroups_swapped), else (B, Hq, L, D)."""
+    swap = (c.L == 1) & c.gqa & ~c.has_dropout & (c.D % 8 == 0)
+    return np.where(swap, c.Hk, c.Hq), np.where(swap, c.Hq // np.maximum(c.Hk, 1), c.L)
+
+
 def flash_num_splits(c: Calls, heads, q_len, head_dim, sm_count):
     """FA2's split-KV heuristic (flash_api.cpp: set_params_splitkv / num_splits_heuristic), vectorized.
 
@@ -257,10 +264,7 @@ def flash_timeline(c: Calls, sm_count: int) -> Timeline:
     t.alloc("k_pad", K8, pad)
     t.alloc("v_pad", K8, pad)
     t.alloc("out", Q8)
-    # decode with GQA: q is viewed as (B, Hk, Hq/Hk, D) (seqlenq_ngroups_swapped)
-    swap = (c.L == 1) & c.gqa & ~c.has_dropout & ~pad
-    heads = np.where(swap, c.Hk, c.Hq)
-    q_len = np.where(swap, c.Hq // c.Hk, c.L)
+    heads, q_len = flash_query_view(c)  # decode with GQA: q viewed over the kv heads
     t.alloc("lse", c.B * heads * q_len * 4)
     splits = flash_num_splits(c, heads, q_len, D8, sm_count)
     d_round = round_up(D8, np.where(D8 <= 128, 32, 64))

@@ -31,9 +31,9 @@ eager forward (fp32: 4 kernels; 16-bit: 6):
   [16-bit] scores .float() (1)                softmax (1)          [16-bit] .to(input dtype) (1)
   dropout (1)                                 bmm p v (1)
 eager backward (fp32: 8 more; 16-bit: 10 more):
-  bmm dP, bmm dV (2), dropout backward (1), [16-bit] cast (1), softmax_backward (1), [16-bit] cast (1),
-  causal / bool mask: masked_fill of the gradient (1), ·scale (1), bmm dQ, bmm dKᵀ (2),
-  the bmm gradients' layout copies (2); GQA: dK, dV summed over each group instead of one of them (net +1)
+  bmm dP, bmm dV (2), dropout backward (1), [16-bit] cast (1), a P-sized elementwise pass and softmax_backward
+  (2), [16-bit] cast (1), causal / bool mask: masked_fill of the gradient (1), ·scale (1), bmm dQ, bmm dKᵀ (2),
+  dK's layout copy (1); GQA instead: dK and dV summed over each group (2)
 
 The counts are checked against the profiler's kernel count of the measured rows (column n_kernels of
 validation/data/h200_*.csv; tests/test_time_model.py). Calls over 2^31 elements launch more (TensorIterator splits
@@ -54,7 +54,7 @@ from estimator.call.shapes import Calls
 class Op:
     """One op of the chain, vectorized over calls: kernel launches (0 where the op is absent), FLOPs and HBM bytes;
     kind 'gemm' (a bmm: roofline), 'ew' (elementwise, reduction, softmax: bytes) or 'dropout' (native_dropout);
-    cls, for 'ew': the kernel family its launches run (`KERNEL_CLASSES`), which sets the share of HBM bandwidth
+    cls, for 'ew': the kernel family its launches run (`KERNEL_CLASS_BW_SHARE`), which sets the share of HBM bandwidth
     it reaches."""
 
     name: str
@@ -213,8 +213,8 @@ def bw_share(op: Op, c: Calls):
     if op.cls.startswith("softmax_"):
         direction = op.cls.removeprefix("softmax_")
         kernel = softmax_kernel(direction, c.S)
-        table = {k.split(":")[1]: v for k, v in KERNEL_CLASS_BW_SHARE.items() if k.startswith(op.cls + ":")}
-        return np.vectorize(table.__getitem__, otypes=[np.float64])(kernel) if np.ndim(kernel) else table[str(kernel)]
+        names = [k for k in KERNEL_CLASS_BW_SHARE if k.startswith(op.cls + ":")]
+        return np.select([kernel == k.split(":")[1] for k in names], [KERNEL_CLASS_BW_SHARE[k] for k in names])
     return KERNEL_CLASS_BW_SHARE[op.cls]
 
 

@@ -39,7 +39,8 @@ time = max(GPU work, host dispatch, serial chain) + overhead, per (backend, mode
     rebuild the kept set), counted like exp; math and eager: native_dropout's bytes (their op chain).
   - memory: HBM bytes of fused kernels (`hbm_bytes`): q, k, v, out (×3 with backward), plus the mask's
     bool->float conversion pass and the bias read once per query head; math and eager: the bytes of their
-    elementwise ops, softmax and copies (`chain_terms`, estimator/call/op_chain.py).
+    elementwise ops, softmax and copies (`chain_terms`, estimator/call/op_chain.py), each at the share of HBM
+    bandwidth its kernel family reaches (op_chain.KERNEL_CLASS_BW_SHARE).
   - GEMMs of math and eager: each bmm of their op chain as a roofline, max(FLOPs at peak, operand + output bytes
     at HBM bandwidth), so a GEMV-shaped bmm of a short query over long keys (and GQA's expanded k/v, math's fp32
     upcasts) costs the bytes it moves.
@@ -71,7 +72,7 @@ import numpy as np
 
 from estimator.call import op_chain, registry
 from estimator.call.flops import block_fraction
-from estimator.call.memory import flash_num_splits
+from estimator.call.memory import flash_num_splits, flash_query_view
 from estimator.call.shapes import Calls
 from estimator.hardware import GPU
 from estimator.units import cdiv, round_up
@@ -182,9 +183,7 @@ def _flash_forward(c: Calls, sms: int):
     than one split, which it never does with dropout ("SplitKV is not implemented for dropout") nor with
     B·heads·ceil(q/64) >= 0.8·2·SMs; else the standard kernel: 128-row tiles, one CTA per (batch, head, tile), in
     waves over the SMs."""
-    swap = (c.L == 1) & c.gqa & ~c.has_dropout & (c.D % 8 == 0)
-    heads = np.where(swap, c.Hk, c.Hq)
-    q_len = np.where(swap, c.Hq // np.maximum(c.Hk, 1), c.L)
+    heads, q_len = flash_query_view(c)
     split = flash_num_splits(c, heads, q_len, round_up(c.D, 8), sms) > 1
     tile = np.where(split, 64, 128)
     tiles = cdiv(q_len, tile)
@@ -214,7 +213,7 @@ def tile_geometry(c: Calls, backend, sms: int):
     fwd_ctas = c.B * c.Hq * cdiv(c.L, mt)
     bwd_ctas = c.B * c.Hq * cdiv(c.S, nt_b)
     rv = _head_dim_executed(c, backend, c.Dv).astype(np.float64) / d
-    fwd = np.where(backend == "flex", 1.0, wave_factor(fwd_ctas, sms))
+    fwd = np.where(flex, 1.0, wave_factor(fwd_ctas, sms))
     flash = backend == "flash"
     if np.any(flash):
         rows, ctas, split = _flash_forward(c, sms)

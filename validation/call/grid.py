@@ -74,7 +74,8 @@ def head_dim_sweep() -> list[dict]:
     """Each head_dim the kernels instantiate or pad (32-256) on the fused backends at two fixed shapes (B2 H16 at
     4096 tokens, causal or not; B8 H16 L4 over 16384 keys, decode-shaped), 16-bit unmasked and bool-masked, fp32 on
     the efficient kernel, forward and training: what a fit needs to separate the per-score work (softmax) from
-    the per-FLOP work (MMAs), which the random sets cannot (their unmasked 16-bit efficient rows are head_dim 128)."""
+    the per-FLOP work (MMAs), which the random sets cannot (their unmasked 16-bit efficient forwards of 1 ms or
+    more are head_dim 128)."""
     rows = []
     for mode, d in itertools.product(MODES, HEAD_DIMS):
         for b in ("flash", "efficient", "cudnn"):

@@ -226,10 +226,11 @@ def build_report(rows: list[dict]) -> list[dict]:
     per: dict = {}
     for r in rows:
         s = r["shape"]
+        priced = hf_host.prepare_ms(s)
         if r.get("phased"):
             forward = r["forward_ms"]
         else:
-            forward = r["duration_ms"] - hf_host.prepare_ms(s) - hf_host.update_ms(s)
+            forward = r["duration_ms"] - priced - hf_host.update_ms(s)
         rest = forward - max(r["gpu_ms"], hf_host.HF_CB_LAUNCH_MS * r["kernels"])
         d = per.setdefault(r["run"], {"builds": [], "gauged": [], "repeated": []})
         new = r.get("new_graphs", 0)
@@ -239,7 +240,6 @@ def build_report(rows: list[dict]) -> list[dict]:
         if rest / new > COMPILE_MS:
             continue
         d["builds"].append(rest / new)
-        priced = hf_host.prepare_ms(s)
         if r.get("phased") and priced >= 1.0:
             d["gauged"].append((r["prepare_ms"] / priced, rest / new))
     every = {"builds": [], "gauged": [], "repeated": []}

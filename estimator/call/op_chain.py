@@ -72,12 +72,12 @@ def _f(x):
 
 def _bmm(name, kernels, c: Calls, m, n, k, elem) -> Op:
     """One batched GEMM over the B·Hq heads, (m×k)·(k×n), operands and output of `elem` bytes; absent (0) where
-    `kernels` is 0."""
+    `kernels` is 0. Its cls is its role in the chain (`GEMM_ROLES`), which sets the share of its roofline it runs at."""
     batch = _f(c.B) * c.Hq
     on = kernels > 0
     flops = np.where(on, 2 * batch * _f(m) * n * k, 0.0)
     nbytes = np.where(on, batch * (_f(m) * k + _f(k) * n + _f(m) * n) * elem, 0.0)
-    return Op(name, "gemm", kernels, flops, nbytes, (np.where(on, batch, 0.0), m, n, k))
+    return Op(name, "gemm", kernels, flops, nbytes, (np.where(on, batch, 0.0), m, n, k), cls=GEMM_ROLES[name])
 
 
 def _sizes(c: Calls):
@@ -116,7 +116,7 @@ def math_ops(c: Calls) -> list[Op]:
         Op("_safe_softmax: eq(-inf), 0-dim fill", "ew", on(True, 2), zero, P * 5),
         Op("_safe_softmax: all over the row", "ew", on(True), zero, P * 1, cls="reduce"),
         Op("_safe_softmax: where", "ew", on(True), zero, P * 9, cls="broadcast"),
-        Op("native_dropout", "dropout", on(drop), zero, np.where(drop, P * 9, 0)),
+        Op("native_dropout", "dropout", on(drop), zero, np.where(drop, P * 9, 0), cls="dropout_fwd"),
         _bmm("bmm p v", on(True), c, c.L, c.Dv, c.S, 4),
         Op("out, attn .to(dtype)", "ew", on(half, 2), zero, np.where(half, (Q + P) * (4 + es), 0)),
     ]
@@ -126,7 +126,7 @@ def math_ops(c: Calls) -> list[Op]:
         Op("grad_out .to(float32)", "ew", g(half), zero, b(np.where(half, Q * (es + 4), 0)), cls="cast"),
         _bmm("bmm dO vT", g(), c, c.L, c.S, c.Dv, 4),
         _bmm("bmm pT dO", g(), c, c.S, c.Dv, c.L, 4),
-        Op("native_dropout_backward", "dropout", g(drop), zero, b(np.where(drop, P * 9, 0))),
+        Op("native_dropout_backward", "dropout", g(drop), zero, b(np.where(drop, P * 9, 0)), cls="dropout_bwd"),
         Op("where backward", "ew", g(), zero, b(P * 12)),
         Op("softmax_backward", "ew", g(), zero, b(P * 12), cls="softmax_bwd"),
         _bmm("bmm dS k", g(), c, c.L, c.D, c.S, 4),
@@ -158,7 +158,7 @@ def eager_ops(c: Calls) -> list[Op]:
         Op(".float()", "ew", on(half), zero, np.where(half, P * (es + 4), 0), cls="cast"),
         Op("softmax", "ew", on(True), zero, P * 8, cls="softmax_fwd"),
         Op(".to(dtype)", "ew", on(half), zero, np.where(half, P * (4 + es), 0)),
-        Op("dropout", "dropout", on(drop), zero, np.where(drop, P * (2 * es + 1), 0)),
+        Op("dropout", "dropout", on(drop), zero, np.where(drop, P * (2 * es + 1), 0), cls="dropout_fwd"),
         _bmm("bmm p v", on(True), c, c.L, c.Dv, c.S, es),
     ]
     g = lambda cond=True, n=1: on(grad & cond, n)  # noqa: E731
@@ -166,7 +166,8 @@ def eager_ops(c: Calls) -> list[Op]:
     ops += [
         _bmm("bmm dO vT", g(), c, c.L, c.S, c.Dv, es),
         _bmm("bmm pT dO", g(), c, c.S, c.Dv, c.L, es),
-        Op("dropout backward", "dropout", g(drop), zero, b(np.where(drop, P * (2 * es + 1), 0))),
+        Op("dropout backward", "dropout", g(drop), zero, b(np.where(drop, P * (2 * es + 1), 0)),
+           cls="dropout_bwd"),
         Op("grad .to(float32)", "ew", g(half), zero, b(np.where(half, P * (es + 4), 0)), cls="cast"),
         # a P-sized fp32 pass beside softmax_backward (the profiler's vectorized BinaryFunctor before it: ~12 bytes an
         # element at 4.2 TB/s, validation/data/h200_kernel_probe.csv)
@@ -189,9 +190,11 @@ def eager_ops(c: Calls) -> list[Op]:
 # vec: vectorized elementwise kernels over contiguous operands; cast: the unrolled dtype-conversion copy; copy: a
 # non-vectorized copy of a permuted or expanded view (repeat_interleave, layout copies); broadcast: a non-vectorized
 # elementwise kernel with a broadcast operand (mask add, where, masked_fill); reduce: reduce_kernel (group sums,
-# all()); softmax_fwd/bwd:<kernel>: the softmax kernel PyTorch picks by row length (`softmax_kernel`).
+# all()); softmax_fwd/bwd:<kernel>: the softmax kernel PyTorch picks by row length (`softmax_kernel`); dropout_fwd:
+# fused_dropout_kernel_vec (a Philox draw, the kept mask and the scaled output), dropout_bwd: masked_scale_kernel.
 KERNEL_CLASS_BW_SHARE = {
     "broadcast": 0.549, "cast": 0.429, "copy": 0.312, "reduce": 0.299, "vec": 0.855,
+    "dropout_fwd": 0.666, "dropout_bwd": 0.896,
     "softmax_bwd:block": 0.705, "softmax_bwd:block_long": 0.564, "softmax_bwd:smem": 0.874, "softmax_bwd:warp": 0.888,
     "softmax_fwd:block": 0.698, "softmax_fwd:block_long": 0.422, "softmax_fwd:reg": 0.406, "softmax_fwd:warp": 0.753,
 }
@@ -216,6 +219,30 @@ def bw_share(op: Op, c: Calls):
         names = [k for k in KERNEL_CLASS_BW_SHARE if k.startswith(op.cls + ":")]
         return np.select([kernel == k.split(":")[1] for k in names], [KERNEL_CLASS_BW_SHARE[k] for k in names])
     return KERNEL_CLASS_BW_SHARE[op.cls]
+
+
+# each bmm's role: the operand layouts cuBLAS sees (q·kᵀ and pᵀ·dO run its "tn" kernels, p·v and qᵀ·dS "nn",
+# dO·vᵀ and dS·k "nt", in the kernel names the profiler records)
+GEMM_ROLES = {"bmm q kT": "qk", "bmm p v": "pv", "bmm dO vT": "dp", "bmm pT dO": "dv", "bmm dS k": "dq",
+              "bmm qT dS": "dk"}
+# the share of its roofline (max of FLOPs at the executed tile padding over the peak, bytes over HBM bandwidth:
+# timing.gemm_roofline_ms) each role's cuBLAS kernels reach on the H200 (torch 2.11), 16-bit (eager) and fp32
+# (math, and eager on fp32 inputs): python -m validation.timing.kernel_classes
+GEMM_ROOFLINE_SHARE = {
+    "16-bit": {"qk": 0.64, "pv": 0.785, "dp": 0.804, "dv": 0.584, "dq": 0.769, "dk": 0.773},
+    "fp32": {"qk": 0.566, "pv": 0.718, "dp": 0.644, "dv": 0.61, "dq": 0.76, "dk": 0.693},
+}
+# an fp32 p·v of 2-4 query rows runs cuBLAS's gemmSN_NN kernel (M a template argument: 2, 3, 4), which walks the
+# reduction (the S keys) in one CTA per batch: GEMM_SN_US_PER_K a key whatever the batch and width (57 such
+# kernels of the probe: 0.030-0.033 us at the quartiles)
+GEMM_SN_US_PER_K = 0.0315
+GEMM_SN_ROWS = (2, 4)
+
+
+def runs_gemm_sn(op: Op, c: Calls, fp32):
+    """Where `op` runs cuBLAS's gemmSN_NN kernel: an fp32 p·v of GEMM_SN_ROWS query rows (per call)."""
+    lo, hi = GEMM_SN_ROWS
+    return (op.cls == "pv") & np.asarray(fp32) & (c.L >= lo) & (c.L <= hi) & (op.kernels > 0)
 
 
 CHAINS = {"math": math_ops, "eager": eager_ops}  # one per registry.OP_CHAIN backend (a test checks)

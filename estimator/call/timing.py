@@ -109,14 +109,14 @@ CTA_FLOOR_EVENT_MS = 0.01
 FIT_FACTORS = {
     ("cudnn", False): (0.724, 0.724, 0.434, 1.061, 0.48, 0.209, 1000.0, 0.975, 1.468, 1.822, 0.0, 0.0, 0.074),
     ("cudnn", True): (0.913, 0.913, 0.406, 2.391, 1.021, 0.313, 1000.0, 0.578, 2.02, 2.777, 0.0, 0.0, 0.339),
-    ("eager", False): (1.0, 1.0, 1.0, 0.934, 1000.0, 0.507, 0.658, 1.0, 1.0, 1000.0, 0.0167, 0.0, 0.106),
-    ("eager", True): (1.0, 1.0, 1.0, 0.977, 1000.0, 1.212, 0.695, 1.0, 1.0, 1000.0, 0.0467, 0.0, 0.368),
+    ("eager", False): (1.0, 1.0, 1.0, 1.0, 1000.0, 1.0, 1.0, 1.0, 1.0, 1000.0, 0.0137, 0.0, 0.128),
+    ("eager", True): (1.0, 1.0, 1.0, 1.0, 1000.0, 1.0, 1.0, 1.0, 1.0, 1000.0, 0.0476, 0.0, 0.352),
     ("efficient", False): (1.0, 0.805, 0.65, 0.749, 0.11, 0.12, 1000.0, 0.238, 0.877, 1000.0, 0.0, 0.0, 0.073),
     ("efficient", True): (0.327, 0.725, 0.711, 0.543, 0.134, 0.077, 1000.0, 0.054, 0.085, 5.019, 0.0, 0.00106, 0.381),
     ("flash", False): (0.418, 0.418, 0.418, 1000.0, 1.226, 0.692, 1000.0, 0.342, 0.412, 4.066, 0.0, 0.0, 0.094),
     ("flash", True): (0.353, 0.353, 0.353, 1000.0, 2.092, 4.349, 1000.0, 0.292, 0.191, 1000.0, 0.0, 0.0, 0.42),
-    ("math", False): (1.0, 1.0, 1.0, 1.061, 1000.0, 0.467, 0.721, 1.0, 1.0, 1000.0, 0.0082, 0.0, 0.221),
-    ("math", True): (1.0, 1.0, 1.0, 0.582, 1000.0, 0.87, 1.441, 1.0, 1.0, 1000.0, 0.033, 0.0, 0.442),
+    ("math", False): (1.0, 1.0, 1.0, 1.0, 1000.0, 1.0, 1.0, 1.0, 1.0, 1000.0, 0.0144, 0.0, 0.135),
+    ("math", True): (1.0, 1.0, 1.0, 1.0, 1000.0, 1.0, 1.0, 1.0, 1.0, 1000.0, 0.0412, 0.0, 0.218),
 }
 for _g in (False, True):  # flex: flash's compute rates times FLEX_FLOP_SHARE, flash's bandwidth and overhead
     _f, _f32, _m, _b, _e, _r, _gm, _w, _sq, _p, *_rest = FIT_FACTORS[("flash", _g)]
@@ -275,11 +275,28 @@ def gemm_executed_flops(shape, sms: int):
     return 2 * batch * m * n * k * np.where(batch > 0, wave_factor(ctas, sms), 0.0)
 
 
+def gemm_roofline_ms(op: op_chain.Op, fp32, gpu: GPU):
+    """A bmm's roofline in ms: its FLOPs at the executed tile padding and waves (`gemm_executed_flops`) over the peak
+    of its precision (fp32: math's upcast inputs, eager's fp32 ones) or its operand + output bytes over HBM
+    bandwidth, whichever is longer (a GEMV-shaped bmm of a short query over long keys costs its bytes)."""
+    peak = np.where(fp32, gpu.peak_flops_per_s["float32"], gpu.peak_flops_per_s["bfloat16"]) / 1e3
+    return np.maximum(gemm_executed_flops(op.gemm, gpu.sm_count) / peak, op.bytes / (gpu.hbm_bytes_per_s / 1e3))
+
+
+def gemm_ms(op: op_chain.Op, c: Calls, fp32, gpu: GPU):
+    """A bmm's time in ms: its roofline at the share its role's cuBLAS kernels reach (op_chain.GEMM_ROOFLINE_SHARE),
+    and at least the gemmSN kernel's walk over the keys where that kernel runs (op_chain.runs_gemm_sn)."""
+    share = np.where(fp32, op_chain.GEMM_ROOFLINE_SHARE["fp32"][op.cls], op_chain.GEMM_ROOFLINE_SHARE["16-bit"][op.cls])
+    t = gemm_roofline_ms(op, fp32, gpu) / share
+    sn = op_chain.runs_gemm_sn(op, c, fp32)
+    return np.where(sn, np.maximum(t, c.S * op_chain.GEMM_SN_US_PER_K / 1e3), t) if np.any(sn) else t
+
+
 def chain_terms(c: Calls, backend, gpu: GPU):
-    """math's and eager's op chains (estimator/call/op_chain.py) priced at the naive rates, in ms: (GEMMs, elementwise
-    bytes, dropout bytes). Each GEMM (bmm) is a roofline: its FLOPs at peak or its operand + output bytes at HBM
-    bandwidth, whichever is longer (a GEMV-shaped bmm of a short query over long keys costs its bytes). math's GEMMs
-    run at the fp32 peak (it upcasts 16-bit inputs), eager's at its input dtype's. 0 for other backends."""
+    """math's and eager's op chains (estimator/call/op_chain.py) priced kernel by kernel, in ms: (GEMMs, elementwise
+    bytes, dropout bytes). Each GEMM (bmm) at `gemm_ms`; every other kernel at its bytes over the share of HBM
+    bandwidth its kernel family reaches (op_chain.KERNEL_CLASS_BW_SHARE). math's GEMMs run at the fp32 peak (it
+    upcasts 16-bit inputs), eager's at its input dtype's. 0 for other backends."""
     backend = np.asarray(backend)
     bw = gpu.hbm_bytes_per_s / 1e3
     out = [np.float64(0.0)] * 3
@@ -288,14 +305,13 @@ def chain_terms(c: Calls, backend, gpu: GPU):
         if not np.any(sel):
             continue
         fp32 = np.asarray(c.fp32 | (name == "math"))
-        peak = np.where(fp32, gpu.peak_flops_per_s["float32"], gpu.peak_flops_per_s["bfloat16"]) / 1e3
         gemm = ew = drop = 0.0
         for op in op_chain.chain_ops(c, name):
             if op.kind == "gemm":
-                gemm = gemm + np.maximum(gemm_executed_flops(op.gemm, gpu.sm_count) / peak, op.bytes / bw)
+                gemm = gemm + gemm_ms(op, c, fp32, gpu)
             elif op.kind == "dropout":
-                drop = drop + op.bytes / bw
-            else:  # at the share of bandwidth its kernel family reaches (op_chain.KERNEL_CLASS_BW_SHARE)
+                drop = drop + op.bytes / (bw * op_chain.bw_share(op, c))
+            else:
                 ew = ew + op.bytes / (bw * op_chain.bw_share(op, c))
         new = (gemm, ew, drop)
         out = [np.where(sel, n, o) for n, o in zip(new, out, strict=True)]

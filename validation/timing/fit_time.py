@@ -23,6 +23,7 @@ import argparse
 import numpy as np
 import pandas as pd
 
+from estimator.call import registry
 from estimator.call.attention import estimate_columns
 from estimator.call.flops import executed_flops
 from estimator.call.table import calls_from_frame
@@ -33,12 +34,14 @@ SHORT_WEIGHT = 0.25  # weight of rows under 1 ms (overhead-dominated) relative t
 MIN_OVERHEAD_MS = 0.02
 
 
-def _solve(design, weights, lower=None):
+def _solve(design, weights, lower=None, pinned=None):
     """Least squares of weighted relative error, columns with a negative coefficient dropped one at a time; a column
-    whose coefficient comes out below its `lower` bound (> 0) is held at that bound and the rest refitted."""
+    whose coefficient comes out below its `lower` bound (> 0) is held at that bound and the rest refitted; a column
+    with a `pinned` value (not NaN) is held at it from the start."""
     lower = np.zeros(design.shape[1]) if lower is None else np.asarray(lower, dtype=np.float64)
-    keep = [True] * design.shape[1]
-    fixed = np.zeros(design.shape[1])
+    pinned = np.full(design.shape[1], np.nan) if pinned is None else np.asarray(pinned, dtype=np.float64)
+    keep = list(np.isnan(pinned))
+    fixed = np.where(np.isnan(pinned), 0.0, pinned)
     while True:
         cols = [i for i, k in enumerate(keep) if k]
         a = design[:, cols] * weights[:, None]
@@ -57,21 +60,22 @@ def _solve(design, weights, lower=None):
         keep[min(neg, key=lambda i: full[i])] = False
 
 
-def _solve_regimes(terms, branches, meas, w, iterations: int = 30, lower_terms=None):
+def _solve_regimes(terms, branches, meas, w, iterations: int = 30, lower_terms=None, pinned_terms=None):
     """Coefficients (a_terms..., h_branches..., c) of time = max(Σ a·terms, h_1·x_1, h_2·x_2, ...) + c (the
     branches x: kernel launches, dQ lock steps), least squares of weighted relative error, numpy only: start from
     the sum (every branch added), then assign each row to the regime that its current prediction says is the
     longest and refit all regimes' linear models together, until the assignment stops changing. lower_terms: the
-    least coefficient of each term (0: none)."""
+    least coefficient of each term (0: none); pinned_terms: a coefficient held (NaN: fitted)."""
     nt, nb = terms.shape[1], branches.shape[1]
     lower = np.concatenate([np.zeros(nt) if lower_terms is None else lower_terms, np.zeros(nb + 1)])
+    pinned = np.concatenate([np.full(nt, np.nan) if pinned_terms is None else pinned_terms, np.full(nb + 1, np.nan)])
     ones = np.ones((len(meas), 1))
     designs = [np.concatenate([terms, np.zeros_like(branches), ones], axis=1)]
     for j in range(nb):
         only = np.zeros_like(branches)
         only[:, j] = branches[:, j]
         designs.append(np.concatenate([np.zeros_like(terms), only, ones], axis=1))
-    coef = _solve(np.concatenate([terms, branches, ones], axis=1) / meas[:, None], w, lower)
+    coef = _solve(np.concatenate([terms, branches, ones], axis=1) / meas[:, None], w, lower, pinned)
     regime = None
     for _ in range(iterations):
         parts = np.column_stack([terms @ coef[:nt]] + [branches[:, j] * coef[nt + j] for j in range(nb)])
@@ -80,7 +84,7 @@ def _solve_regimes(terms, branches, meas, w, iterations: int = 30, lower_terms=N
             break
         regime = new
         design = np.choose(regime[:, None], designs) / meas[:, None]
-        coef = _solve(design, w, lower)
+        coef = _solve(design, w, lower, pinned)
     return coef
 
 
@@ -88,11 +92,11 @@ def _solve_regimes(terms, branches, meas, w, iterations: int = 30, lower_terms=N
 SOFTMAX_RATE_GRID = tuple(round(0.2 + 0.01 * i, 2) for i in range(81))
 
 
-def _fit_group(t, x, m, w, used, has, nt, nb):
+def _fit_group(t, x, m, w, used, has, nt, nb, pinned):
     """The coefficients of one (backend, grad) group: the terms' a, ms per kernel and per dQ lock step, the softmax
-    branch (0 here: `fit` sets it), overhead ms."""
+    branch (0 here: `fit` sets it), overhead ms. pinned: per term, a coefficient held (NaN: fitted)."""
     coef = np.zeros(nt + nb + 1)
-    sub = _solve_regimes(t[:, used], x[:, has], m, w, lower_terms=COMPUTE_LOWER[used])
+    sub = _solve_regimes(t[:, used], x[:, has], m, w, lower_terms=COMPUTE_LOWER[used], pinned_terms=pinned[used])
     coef[np.flatnonzero(used)] = sub[:used.sum()]
     coef[nt + has] = sub[used.sum():-1]
     coef[-1] = max(sub[-1], MIN_OVERHEAD_MS)
@@ -133,14 +137,15 @@ def fit(frames: list[pd.DataFrame], gpu_name: str = "h200") -> pd.DataFrame:
         nb = x.shape[1]
         has = np.flatnonzero(x[:, :2].any(axis=0))
         soft = x[:, 2]
-        coef = _fit_group(t, x, m, w, used, has, nt, nb)
+        pinned = np.where(CHAIN_PINNED, 1.0, np.nan) if b in registry.OP_CHAIN else np.full(nt, np.nan)
+        coef = _fit_group(t, x, m, w, used, has, nt, nb, pinned)
         for _ in range(4 if soft.any() else 0):  # alternate: the softmax rate, then the other terms on unbound rows
             rest = _predict(t, x, coef, nt, with_softmax=False)
             score = [(np.sum(w * (np.maximum(rest, soft / r + coef[-1]) / m - 1) ** 2), r) for r in SOFTMAX_RATE_GRID]
             rate = min(score)[1]
             bound = soft / rate + coef[-1] > rest
             fit_rows = ~bound if (~bound).sum() > 2 * used.sum() else np.ones(len(idx), dtype=bool)
-            coef = _fit_group(t[fit_rows], x[fit_rows], m[fit_rows], w[fit_rows], used, has, nt, nb)
+            coef = _fit_group(t[fit_rows], x[fit_rows], m[fit_rows], w[fit_rows], used, has, nt, nb, pinned)
             coef[nt + 2] = 1 / rate
         pred = _predict(t, x, coef, nt)
         big = m >= 1.0
@@ -166,6 +171,12 @@ FACTOR_NAMES = (
 # the 16-bit peak, its softmax (exp) term carrying the time instead: the two are collinear where every such fit row
 # is head_dim 128. The bound makes the split physical; it does not identify it: held-out set 7's head_dim-32
 # efficient forward (random31-0060) is priced +54% before and +47% after it.
+# math's and eager's GEMM, elementwise and dropout terms are priced kernel by kernel at the shares of their
+# rooflines and of HBM bandwidth that the kernel probe measured (estimator/call/op_chain.py GEMM_ROOFLINE_SHARE,
+# KERNEL_CLASS_BW_SHARE): held at 1, not fitted. Fitted per call, GEMMs and elementwise traded against each other
+# (math's backward: GEMMs 2.35x faster, elementwise 1.76x slower than their kernels ran), and held-out sets 6-8
+# came out worse: 10.1% against 9.1% median |error| on their 212 calls >= 1 ms
+CHAIN_PINNED = np.array([n in ("bw_fit", "dropout_fit", "gemm_fit") for n in FACTOR_NAMES])
 COMPUTE_LOWER = np.array([1.0 if n in ("flop_fit", "fp32_flop_fit", "masked_flop_fit", "wide_flop_fit") else 0.0
                           for n in FACTOR_NAMES])
 

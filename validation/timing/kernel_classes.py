@@ -9,7 +9,9 @@ in its family by name, as PyTorch 2.11 names them: `vectorized_elementwise_kerne
 and `triu_tril_kernel` (strided: a broadcast or permuted operand, TensorIterator's non-vectorized path), softmax
 kernels, `reduce_kernel`. Per call, the family's measured time is set against the op chain's bytes of that family at
 the GPU's HBM bandwidth; the share printed is the median over calls where the family ran at least MIN_US (shorter
-kernels are latency, not bandwidth). GEMMs and dropout keep their own fitted factors (estimator/call/timing.py).
+kernels are latency, not bandwidth). GEMMs: each GEMM kernel matched, in launch order, to its bmm of the chain, and
+its roofline (estimator/call/timing.py gemm_roofline_ms) set against its time, per precision and role
+(op_chain.GEMM_ROOFLINE_SHARE); the gemmSN kernels apart, as microseconds per key (op_chain.GEMM_SN_US_PER_K).
 Pure pandas + numpy.
 """
 
@@ -32,8 +34,10 @@ def family(name: str, S: int = 0) -> str:
     block softmax kernels at 16384); 'gemm', 'dropout' or 'other' outside the priced families."""
     if re.search(r"nvjet|xmma_gemm|gemmSN|gemvx|gemv2|splitKreduce|cutlass", name):
         return "gemm"
-    if "dropout" in name or "masked_scale" in name:
-        return "dropout"
+    if "fused_dropout" in name:
+        return "dropout_fwd"
+    if "masked_scale" in name:
+        return "dropout_bwd"
     for pattern, fam in SOFTMAX_NAMES:
         if pattern + "<" in name or pattern + "(" in name:
             return fam + ("_long" if fam.endswith(":block") and S > 16384 else "")
@@ -73,7 +77,7 @@ def modelled_by_family(cases: pd.DataFrame, gpu_name: str = "h200") -> pd.DataFr
             continue
         c, _, _ = calls_from_frame(rows)
         for op in op_chain.chain_ops(c, backend):
-            if op.kind != "ew":
+            if op.kind not in ("ew", "dropout"):
                 continue
             us = np.broadcast_to(op.bytes, (len(rows),)) / bw
             keys = ([f"{op.cls}:{k}" for k in op_chain.softmax_kernel(op.cls.removeprefix("softmax_"), c.S)]
@@ -101,6 +105,54 @@ def shares(probe: pd.DataFrame, cases: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def gemm_kernels(probe: pd.DataFrame, cases: pd.DataFrame, gpu_name: str = "h200") -> pd.DataFrame:
+    """One row per GEMM kernel of the probe matched to its bmm of the op chain (in launch order; calls whose GEMM
+    kernel count differs from the chain's, a split-K reduction among them, are left out): id, precision, role,
+    measured us, the roofline us (timing.gemm_roofline_ms), the reduction length k and whether the chain says it runs
+    cuBLAS's gemmSN kernel (op_chain.runs_gemm_sn)."""
+    from estimator.call import op_chain, timing
+    from estimator.call.table import calls_from_frame
+    from estimator.hardware import get_gpu
+
+    gpu = get_gpu(gpu_name)
+    k = probe[(probe["error"].isna() | (probe["error"] == "")) & (probe["kernel"].map(family) == "gemm")]
+    measured = {i: pd.to_numeric(g["duration_us"]).tolist() for i, g in k.groupby("id", sort=False)}
+    rows = []
+    for backend in ("math", "eager"):
+        frame = cases[(cases["backend"] == backend) & cases["id"].isin(measured)].reset_index(drop=True)
+        if frame.empty:
+            continue
+        c, _, _ = calls_from_frame(frame)
+        fp32 = np.broadcast_to(np.asarray(c.fp32 | (backend == "math")), (len(frame),))
+        ops = [op for op in op_chain.chain_ops(c, backend) if op.kind == "gemm"]
+        n = len(frame)
+        each = lambda x, n=n: np.broadcast_to(x, (n,))  # noqa: E731
+        roof = [each(timing.gemm_roofline_ms(op, fp32, gpu) * 1e3) for op in ops]
+        sn = [each(op_chain.runs_gemm_sn(op, c, fp32)) for op in ops]
+        on = [each(op.kernels > 0) for op in ops]
+        red = [each(op.gemm[3]) for op in ops]
+        for i, cid in enumerate(frame["id"]):
+            present = [j for j in range(len(ops)) if on[j][i]]
+            if len(present) != len(measured[cid]):
+                continue
+            for j, us in zip(present, measured[cid], strict=True):
+                rows.append({"id": cid, "precision": "fp32" if fp32[i] else "16-bit", "role": ops[j].cls,
+                             "us": us, "roofline_us": float(roof[j][i]), "k": float(red[j][i]),
+                             "gemm_sn": bool(sn[j][i])})
+    return pd.DataFrame(rows)
+
+
+def gemm_shares(kernels: pd.DataFrame) -> tuple[pd.DataFrame, float]:
+    """Per (precision, role): kernels used (MIN_US or longer, gemmSN ones left out), the median share of the
+    roofline they reach and its interquartile range; and the gemmSN kernels' median us per key of the reduction."""
+    use = kernels[(kernels["us"] >= MIN_US) & ~kernels["gemm_sn"]]
+    ratio = use["roofline_us"] / use["us"]
+    table = ratio.groupby([use["precision"], use["role"]]).agg(
+        kernels="size", share="median", q25=lambda r: r.quantile(0.25), q75=lambda r: r.quantile(0.75))
+    sn = kernels[kernels["gemm_sn"] & (kernels["us"] >= 20.0)]
+    return table.round(3).reset_index(), round(float((sn["us"] / sn["k"]).median()), 4)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m validation.timing.kernel_classes",
                                      description=__doc__.splitlines()[0])
@@ -113,6 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     table = shares(probe, cases)
     print(table.to_string(index=False))
     print("KERNEL_CLASS_BW_SHARE = {" + ", ".join(f'"{r.family}": {r.share}' for r in table.itertuples()) + "}")
+    gemms, sn_us = gemm_shares(gemm_kernels(probe, cases))
+    print(gemms.to_string(index=False))
+    print("GEMM_ROOFLINE_SHARE = {" + ", ".join(
+        f'"{p}": {{' + ", ".join(f'"{r.role}": {r.share}' for r in g.itertuples()) + "}"
+        for p, g in gemms.groupby("precision")) + "}")
+    print(f"GEMM_SN_US_PER_K = {sn_us}")
     return 0
 
 

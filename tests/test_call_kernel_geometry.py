@@ -187,3 +187,23 @@ def test_chain_factors_are_pinned_not_fitted():
         for grad in (False, True):
             factors = dict(zip(FACTOR_NAMES, timing.FIT_FACTORS[(backend, grad)], strict=False))
             assert all(factors[n] == 1.0 for n, pin in zip(FACTOR_NAMES, CHAIN_PINNED, strict=True) if pin)
+
+
+def test_flex_float32_between_head_dims_128_and_256_is_unsupported_as_measured():
+    """Every fp32 flex call of head_dim 160 or 192 measured on the H200 failed ("No valid triton configs ... out of
+    resource"), forward and backward; at 256 both ran (validation/data/h200_flex_sweep.csv and the random sets). The
+    estimator predicts exactly that on those rows (the old rule said fp32 backward with head_dim > 128, wrong at 256
+    and for forwards)."""
+    from estimator.call.attention import estimate_columns
+    from estimator.call.table import calls_from_frame
+
+    frames = [pd.read_csv(DATA / f"h200_{n}.csv", dtype=str, keep_default_na=False)
+              for n in ("flex_sweep", "heldout5", "heldout7", "heldout9")]
+    d = pd.concat(frames, ignore_index=True)
+    d = d[(d.backend == "flex") & (d.dtype == "float32") & (pd.to_numeric(d.head_dim) > 128)
+          & d.error.str.contains("No valid triton configs|^$", regex=True) & (d.status != "unsupported")]
+    d = d.reset_index(drop=True)
+    c, backend, _ = calls_from_frame(d)
+    supported = estimate_columns(c, backend, get_gpu("h200"), timed=False)["supported"]
+    assert len(d) >= 9 and (d.status == "ok").sum() >= 3
+    assert list(supported) == list(d.status == "ok")

@@ -43,7 +43,9 @@ time = max(GPU work, host dispatch, serial chain) + overhead, per (backend, mode
     bandwidth its kernel family reaches (op_chain.KERNEL_CLASS_BW_SHARE).
   - GEMMs of math and eager: each bmm of their op chain as a roofline, max(FLOPs at peak, operand + output bytes
     at HBM bandwidth), so a GEMV-shaped bmm of a short query over long keys (and GQA's expanded k/v, math's fp32
-    upcasts) costs the bytes it moves.
+    upcasts) costs the bytes it moves, at the share of it its role's cuBLAS kernels reach (`gemm_ms`); an fp32 p·v
+    of 2-4 query rows at least the gemmSN kernel's walk over the keys. math's and eager's terms are all priced from
+    per-kernel timings (validation.timing.kernel_classes), their fit factors held at 1.
 * host dispatch = ms per kernel × the kernels the call launches (`host_kernels`: math's and eager's op chain, 9 to
   38 launches; the fused backends' few launches are in the overhead): a math backward of ~30 small kernels takes
   ~1 ms however small the call, since the GPU waits for their launches.

@@ -31,7 +31,8 @@ SOFTMAX_NAMES = (("softmax_warp_forward", "softmax_fwd:warp"), ("cunn_SoftMaxFor
 
 def family(name: str, S: int = 0) -> str:
     """The kernel family of a CUDA kernel name (the module docstring; S: the call's row length, which splits the
-    block softmax kernels at 16384); 'gemm', 'dropout' or 'other' outside the priced families."""
+    block softmax kernels at 16384); 'gemm' or 'other' outside the bandwidth-priced families (dropout's two kernels:
+    dropout_fwd, dropout_bwd)."""
     if re.search(r"nvjet|xmma_gemm|gemmSN|gemvx|gemv2|splitKreduce|cutlass", name):
         return "gemm"
     if "fused_dropout" in name:

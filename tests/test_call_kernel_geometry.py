@@ -98,16 +98,19 @@ def test_head_dim_sweep_measured_after_the_change():
     assert np.median(err[eff]) <= 0.07
 
 
+def _probe_and_cases():
+    from validation.timing.kernel_classes import load
+
+    return load(DATA / "h200_kernel_probe.csv", DATA.parent / "cases" / "h200_kernel_probe.csv")
+
+
 def test_kernel_family_shares_are_reproduced_from_the_probe():
     """op_chain.KERNEL_CLASS_BW_SHARE is what `python -m validation.timing.kernel_classes` prints from
     validation/data/h200_kernel_probe.csv (every kernel of 664 math and eager calls timed one by one)."""
     from estimator.call import op_chain
     from validation.timing.kernel_classes import shares
 
-    probe = pd.read_csv(DATA / "h200_kernel_probe.csv", dtype=str, keep_default_na=False)
-    probe["error"] = probe["error"].replace("", np.nan)
-    cases = pd.read_csv(DATA.parent / "cases" / "h200_kernel_probe.csv", dtype=str, keep_default_na=False)
-    table = shares(probe, cases)
+    table = shares(*_probe_and_cases())
     assert dict(zip(table["family"], table["share"], strict=True)) == op_chain.KERNEL_CLASS_BW_SHARE
     # a vectorized pass reaches ~86% of HBM bandwidth; repeat_interleave's strided copy and the group sums of a GQA
     # backward about a third of it
@@ -120,13 +123,6 @@ def test_softmax_kernel_follows_the_row_length():
     assert list(op_chain.softmax_kernel("fwd", [1024, 2048, 4096, 16384, 32768])) == [
         "warp", "warp", "reg", "block", "block_long"]
     assert list(op_chain.softmax_kernel("bwd", [1024, 4096, 4097, 65536])) == ["warp", "smem", "block", "block_long"]
-
-
-def _probe_and_cases():
-    probe = pd.read_csv(DATA / "h200_kernel_probe.csv", dtype=str, keep_default_na=False)
-    probe["error"] = probe["error"].replace("", np.nan)
-    cases = pd.read_csv(DATA.parent / "cases" / "h200_kernel_probe.csv", dtype=str, keep_default_na=False)
-    return probe, cases
 
 
 @pytest.mark.parametrize("backend, mode, limit", [("math", "forward", 0.065), ("math", "forward_backward", 0.06),

@@ -203,9 +203,8 @@ def test_h200_long_call_held_out_set():
 def test_h200_call_time_on_held_out_set_7():
     """validation/data/h200_heldout7.csv (seed 31, committed before it was measured, after the cuDNN softmax change,
     on a slow host): median |error| 10.1% on its SDPA and eager calls >= 1 ms (11.6% before the op chains' GEMM roles,
-    13.0% before flash's kernel choice
-    and the efficient forward's widths and the op chains' kernel families, tests/test_call_kernel_geometry.py); the 8%
-    target is not met there."""
+    13.0% before flash's kernel choice and the efficient forward's widths and the op chains' kernel families,
+    tests/test_call_kernel_geometry.py); the 8% target is not met there."""
     import numpy as np
 
     _, cols, err, measured = _call_errors("h200_heldout7.csv")

@@ -91,7 +91,7 @@ def _checks(c: Calls, sm: int, torch_version: str) -> dict[str, list[tuple[np.nd
         # measured on the H200 (validation/data/h200_flex_sweep.csv, h200_heldout5.csv, h200_heldout7.csv,
         # h200_heldout9.csv): fp32 at head_dim 160 and 192 fails in forward and backward alike, every shape ("No valid
         # triton configs. OutOfMemoryError: out of resource": 344,320 B of shared memory asked, sm90 has 232,448);
-        # at head_dim 256 both ran (2048 x 2048, 8 heads: 27 ms forward, 121 ms with backward)
+        # at head_dim 256 both ran (2048 x 2048, batch 4 x 8 heads: 27 ms forward, 121 ms with backward)
         (c.fp32 & (c.D > 128) & (c.D < 256),
          "float32 with head_dim between 128 and 256 (Triton's kernel exceeds shared memory)"),
     ]

@@ -233,8 +233,9 @@ GEMM_ROOFLINE_SHARE = {
     "fp32": {"qk": 0.566, "pv": 0.718, "dp": 0.644, "dv": 0.61, "dq": 0.76, "dk": 0.693},
 }
 # an fp32 p·v of 2-4 query rows runs cuBLAS's gemmSN_NN kernel (M a template argument: 2, 3, 4), which walks the
-# reduction (the S keys) in one CTA per batch: GEMM_SN_US_PER_K a key whatever the batch and width (57 such
-# kernels of the probe: 0.030-0.033 us at the quartiles)
+# reduction (the S keys) in one CTA per batch: GEMM_SN_US_PER_K a key whatever the batch and width (the median of
+# 57 such kernels of the probe, 0.030-0.033 us at the quartiles; the six of them cuBLAS ran as its 256-thread variant
+# walked at about 0.020: not told apart)
 GEMM_SN_US_PER_K = 0.0315
 GEMM_SN_ROWS = (2, 4)
 

@@ -290,8 +290,7 @@ def gemm_ms(op: op_chain.Op, c: Calls, fp32, gpu: GPU):
     and at least the gemmSN kernel's walk over the keys where that kernel runs (op_chain.runs_gemm_sn)."""
     share = np.where(fp32, op_chain.GEMM_ROOFLINE_SHARE["fp32"][op.cls], op_chain.GEMM_ROOFLINE_SHARE["16-bit"][op.cls])
     t = gemm_roofline_ms(op, fp32, gpu) / share
-    sn = op_chain.runs_gemm_sn(op, c, fp32)
-    return np.where(sn, np.maximum(t, c.S * op_chain.GEMM_SN_US_PER_K / 1e3), t) if np.any(sn) else t
+    return np.where(op_chain.runs_gemm_sn(op, c, fp32), np.maximum(t, c.S * op_chain.GEMM_SN_US_PER_K / 1e3), t)
 
 
 def chain_terms(c: Calls, backend, gpu: GPU):

@@ -175,7 +175,8 @@ FACTOR_NAMES = (
 # rooflines and of HBM bandwidth that the kernel probe measured (estimator/call/op_chain.py GEMM_ROOFLINE_SHARE,
 # KERNEL_CLASS_BW_SHARE): held at 1, not fitted. Fitted per call, GEMMs and elementwise traded against each other
 # (math's backward: GEMMs 2.35x faster, elementwise 1.76x slower than their kernels ran), and held-out sets 6-8
-# came out worse: 10.1% against 9.1% median |error| on their 212 calls >= 1 ms
+# came out worse: 10.1% against 9.1% median |error| on their 212 calls >= 1 ms (set CHAIN_PINNED all False, refit
+# with the module docstring's command, paste, and `python -m validation report` each set)
 CHAIN_PINNED = np.array([n in ("bw_fit", "dropout_fit", "gemm_fit") for n in FACTOR_NAMES])
 COMPUTE_LOWER = np.array([1.0 if n in ("flop_fit", "fp32_flop_fit", "masked_flop_fit", "wide_flop_fit") else 0.0
                           for n in FACTOR_NAMES])

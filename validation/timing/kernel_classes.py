@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 MIN_US = 50.0  # a family's time in a call below which it is latency-bound, not priced by its bytes
+GEMM_SN_MIN_US = 20.0  # a gemmSN kernel's time below which its launch, not its walk over the keys, is what is seen
 SOFTMAX_NAMES = (("softmax_warp_forward", "softmax_fwd:warp"), ("cunn_SoftMaxForwardReg", "softmax_fwd:reg"),
                  ("cunn_SoftMaxForward", "softmax_fwd:block"), ("softmax_warp_backward", "softmax_bwd:warp"),
                  ("cunn_SoftMaxBackwardSmem", "softmax_bwd:smem"), ("cunn_SoftMaxBackward", "softmax_bwd:block"))
@@ -55,9 +56,16 @@ def family(name: str, S: int = 0) -> str:
     return "other"
 
 
+def load(probe_path, cases_path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The probe's rows (all text; `error` NaN where the call ran) and its case list."""
+    probe = pd.read_csv(probe_path, dtype=str, keep_default_na=False)
+    probe["error"] = probe["error"].replace("", np.nan)
+    return probe, pd.read_csv(cases_path, dtype=str, keep_default_na=False)
+
+
 def measured_by_family(probe: pd.DataFrame, cases: pd.DataFrame) -> pd.DataFrame:
     """Per call id, the microseconds its kernels of each family ran."""
-    k = probe[probe["error"].isna() | (probe["error"] == "")].copy()
+    k = probe[probe["error"].isna()].copy()
     rows = dict(zip(cases["id"], pd.to_numeric(cases["kv_len"]), strict=True))
     k["family"] = [family(n, rows.get(i, 0)) for n, i in zip(k["kernel"], k["id"], strict=True)]
     k["duration_us"] = pd.to_numeric(k["duration_us"])
@@ -116,7 +124,7 @@ def gemm_kernels(probe: pd.DataFrame, cases: pd.DataFrame, gpu_name: str = "h200
     from estimator.hardware import get_gpu
 
     gpu = get_gpu(gpu_name)
-    k = probe[(probe["error"].isna() | (probe["error"] == "")) & (probe["kernel"].map(family) == "gemm")]
+    k = probe[probe["error"].isna() & (probe["kernel"].map(family) == "gemm")]
     measured = {i: pd.to_numeric(g["duration_us"]).tolist() for i, g in k.groupby("id", sort=False)}
     rows = []
     for backend in ("math", "eager"):
@@ -150,7 +158,7 @@ def gemm_shares(kernels: pd.DataFrame) -> tuple[pd.DataFrame, float]:
     ratio = use["roofline_us"] / use["us"]
     table = ratio.groupby([use["precision"], use["role"]]).agg(
         kernels="size", share="median", q25=lambda r: r.quantile(0.25), q75=lambda r: r.quantile(0.75))
-    sn = kernels[kernels["gemm_sn"] & (kernels["us"] >= 20.0)]
+    sn = kernels[kernels["gemm_sn"] & (kernels["us"] >= GEMM_SN_MIN_US)]
     return table.round(3).reset_index(), round(float((sn["us"] / sn["k"]).median()), 4)
 
 
@@ -160,9 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("probe", nargs="?", default="validation/data/h200_kernel_probe.csv")
     parser.add_argument("--cases", default="validation/cases/h200_kernel_probe.csv")
     args = parser.parse_args(argv)
-    probe = pd.read_csv(args.probe, dtype=str, keep_default_na=False)
-    probe["error"] = probe["error"].replace("", np.nan)
-    cases = pd.read_csv(args.cases, dtype=str, keep_default_na=False)
+    probe, cases = load(args.probe, args.cases)
     table = shares(probe, cases)
     print(table.to_string(index=False))
     print("KERNEL_CLASS_BW_SHARE = {" + ", ".join(f'"{r.family}": {r.share}' for r in table.itertuples()) + "}")

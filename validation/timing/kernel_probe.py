@@ -8,7 +8,9 @@ validation runner makes them, three warm runs, the call timed by CUDA events (me
 under torch.profiler (CUDA activity). One output row per GPU kernel of that run: the case's id and backend, the
 kernel's index, name, start (us after the first kernel's start) and duration (us). A case whose predicted time
 (`--max-ms`, from the estimator) is longer, or that fails, gets one row with its reason in `error`. Written row by
-row; `--budget-s` stops before the next case once that many seconds have passed.
+row; `--budget-s` stops before the next case once that many seconds have passed. `--triton` adds, per Triton kernel
+(flex_attention's compiled templates), its config, registers, spills and shared memory (`triton_configs`); and
+`--source-out FILE` writes the installed torch's flex config rules beside the probe.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import argparse
 import csv
 import time
 
-FIELDS = ("id", "backend", "call_ms", "kernel_index", "kernel", "start_us", "duration_us", "error")
+FIELDS = ("id", "backend", "call_ms", "kernel_index", "kernel", "start_us", "duration_us", "triton", "error")
 
 
 def _kernels(prof) -> list[tuple[str, float, float]]:
@@ -35,15 +37,17 @@ def _kernels(prof) -> list[tuple[str, float, float]]:
     return sorted(out, key=lambda k: k[1])
 
 
-def probe(row: dict, repeats: int = 3) -> list[dict]:
+def probe(row: dict, repeats: int = 3, triton: bool = False) -> list[dict]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     from validation.call.protocol import make_inputs, run_call, time_call_ms
     from validation.call.rows import call_from_row
+    from validation.timing import triton_configs
 
     call = call_from_row(row)
     inp = make_inputs(call, "cuda")
+    before = triton_configs.autotuner_ids() if triton else set()
     for _ in range(3):
         run_call(call, inp)
     torch.cuda.synchronize()
@@ -52,10 +56,11 @@ def probe(row: dict, repeats: int = 3) -> list[dict]:
         run_call(call, inp)
         torch.cuda.synchronize()
     kernels = _kernels(prof)
+    configs = triton_configs.compiled_since(before) if triton else {}
     t0 = kernels[0][1] if kernels else 0.0
     return [{"id": row["id"], "backend": row["backend"], "call_ms": round(call_ms, 5), "kernel_index": i,
              "kernel": name[:200], "start_us": round((start - t0) / 1e3, 3), "duration_us": round(dur / 1e3, 3),
-             "error": ""} for i, (name, start, dur) in enumerate(kernels)]
+             "triton": configs.get(name, ""), "error": ""} for i, (name, start, dur) in enumerate(kernels)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--budget-s", type=float, default=240.0)
     parser.add_argument("--max-ms", type=float, default=150.0, help="skip cases predicted longer than this")
+    parser.add_argument("--triton", action="store_true", help="record each Triton kernel's config and spills")
+    parser.add_argument("--source-out", help="write the installed torch's flex config rules to this file")
     args = parser.parse_args(argv)
 
     import torch
@@ -72,6 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     from validation.call.rows import predict_rows, read_cases
     from validation.errors import first_line
 
+    if args.source_out:
+        from validation.timing.triton_configs import config_source
+
+        with open(args.source_out, "w", encoding="utf-8") as f:
+            f.write(config_source())
     _, rows = read_cases(args.inp)
     preds, _ = predict_rows(rows, "h200", None)
     start = time.monotonic()
@@ -87,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                 w.writerow(empty | {"error": f"predicted {predicted} ms: over --max-ms {args.max_ms}"})
                 continue
             try:
-                w.writerows(probe(row))
+                w.writerows(probe(row, triton=args.triton))
             except Exception as exc:  # noqa: BLE001 - one failing case never sinks the run
                 w.writerow(empty | {"error": first_line(exc)})
             finally:

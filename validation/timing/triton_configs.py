@@ -17,7 +17,6 @@ import argparse
 import ast
 import gc
 import os
-import warnings
 
 # the functions of torch/_inductor whose source says which config a flex kernel gets (names differ between versions:
 # whichever exist are written)
@@ -30,9 +29,8 @@ CONFIG_CLASSES = ("CUDAConfigHeuristic",)
 def _autotuners() -> list:
     from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
-    with warnings.catch_warnings():  # isinstance on every live object touches deprecated module attributes
-        warnings.simplefilter("ignore")
-        return [o for o in gc.get_objects() if isinstance(o, CachingAutotuner)]
+    # type(), not isinstance: isinstance reads __class__, which a dead weak proxy among the live objects raises on
+    return [o for o in gc.get_objects() if issubclass(type(o), CachingAutotuner)]
 
 
 def autotuner_ids() -> set[int]:

@@ -96,7 +96,8 @@ def _grid(args) -> int:
         raise ValueError(f"--n: expected a number of cases in [1, {MAX_GRID_CASES:,}], got {args.n}")
     from validation.call import grid
     from validation.call.case_lists import make_grid
-    rows = make_grid(args.kind, seed=args.seed, n=args.n, dtype=args.dtype, mode=args.mode, stop=args.stop)
+    rows = make_grid(args.kind, seed=args.seed, n=args.n, dtype=args.dtype, mode=args.mode, stop=args.stop,
+                     backend=args.backend)
     grid.write_csv(rows, args.out)
     print(f"wrote {len(rows)} cases to {args.out}", file=sys.stderr)
     return 0
@@ -171,6 +172,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--out", required=True)
     g.add_argument("--seed", type=int, default=0, help="random: the seed (default 0)")
     g.add_argument("--n", type=int, default=200, help="random: number of cases (default 200)")
+    g.add_argument("--backend", help="random: put every case on this backend (default: drawn per case)")
     g.add_argument("--dtype", default="bfloat16", help="nsweep: dtype (default bfloat16)")
     g.add_argument("--mode", default="forward", help="nsweep: forward or forward_backward (default forward)")
     g.add_argument("--stop", type=int, default=32768, help="nsweep: largest n (default 32768)")

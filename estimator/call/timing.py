@@ -64,22 +64,21 @@ Reproduce the committed constants with
         validation/data/h200_heldout5.csv validation/data/h200_long_calls.csv
 
 (it prints FIT_FACTORS to paste). They are fit factors, not hardware efficiencies (some exceed 1). flex is not in
-that fit: flash's factors at 85% of its FLOP rate (FlexAttention paper, Dong et al. 2024, arXiv:2412.05496 §5);
-validation/data/h200_flex_calls.csv checks it. Leave-one-set-out errors: docs/plan.md, time section.
+that fit: its Triton kernels are priced from their own configs and measured rates (estimator/call/flex_time.py).
+Leave-one-set-out errors: docs/plan.md, time section.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from estimator.call import op_chain, registry
+from estimator.call import flex_time, op_chain, registry
 from estimator.call.flops import block_fraction
 from estimator.call.memory import flash_num_splits, flash_query_view
 from estimator.call.shapes import Calls
 from estimator.hardware import GPU
 from estimator.units import cdiv, round_up
 
-FLEX_FLOP_SHARE = 0.85  # flex's FLOP rate relative to flash's (the FlexAttention paper, §5)
 # naive-rate compute ms of one call after which the power-capped rate applies (the module docstring): from idle
 # the H200's clock held for ~65 ms of back-to-back cuDNN work (h200_sustain.csv), and the runner's timed repeats
 # follow four warm runs of the same call; 20 naive ms (~27 ms at cuDNN's rate) gave the lowest error over the fit
@@ -120,12 +119,6 @@ FIT_FACTORS = {
     ("math", False): (1.0, 1.0, 1.0, 1.0, 1000.0, 1.0, 1.0, 1.0, 1.0, 1000.0, 0.0144, 0.0, 0.135),
     ("math", True): (1.0, 1.0, 1.0, 1.0, 1000.0, 1.0, 1.0, 1.0, 1.0, 1000.0, 0.0412, 0.0, 0.218),
 }
-for _g in (False, True):  # flex: flash's compute rates times FLEX_FLOP_SHARE, flash's bandwidth and overhead
-    _f, _f32, _m, _b, _e, _r, _gm, _w, _sq, _p, *_rest = FIT_FACTORS[("flash", _g)]
-    FIT_FACTORS[("flex", _g)] = (round(_f * FLEX_FLOP_SHARE, 3), round(_f32 * FLEX_FLOP_SHARE, 3),
-                                 round(_m * FLEX_FLOP_SHARE, 3), _b, _e, _r, _gm, round(_w * FLEX_FLOP_SHARE, 3),
-                                 round(_sq * FLEX_FLOP_SHARE, 3), round(_p * FLEX_FLOP_SHARE, 3), *_rest)
-
 # (backend, grad) whose kernel runs the softmax in warps of their own beside the MMAs of another tile (Hopper
 # warp-specialised kernels, as FlashAttention-3 does, Shah et al. 2024 §3.1; cuDNN's forward is
 # cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_*): the call takes the slower of the two pipelines, not
@@ -433,4 +426,7 @@ def time_ms(c: Calls, backend, executed, gpu: GPU):
     modelled = combine(summed, host * host_kernels(c, backend), step * dq_lock_steps(c, backend, gpu.sm_count),
                        overhead, softmax)
     floor = cta_floor_ms(c, backend, gpu.sm_count)
-    return np.where(floor > 0, np.maximum(modelled, floor + CTA_FLOOR_EVENT_MS), modelled)
+    out = np.where(floor > 0, np.maximum(modelled, floor + CTA_FLOOR_EVENT_MS), modelled)
+    if np.any(backend == "flex"):  # flex's Triton kernels are priced by their own configs (flex_time)
+        out = np.where(backend == "flex", flex_time.time_ms(c, gpu), out)
+    return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from validation.call.calibration_cases import calibration_rows
 from validation.call.grid import (
+    BACKENDS,
     DTYPES,
     MODES,
     all_kinds_sample,
@@ -19,9 +20,9 @@ KINDS = ("nsweep", "matrix", "random", "calibration", "cpu", "sweep", "headdim")
 
 
 def make_grid(kind: str, *, seed: int = 0, n: int = 200, dtype: str = "bfloat16", mode: str = "forward",
-              stop: int = 32768) -> list[dict]:
+              stop: int = 32768, backend: str | None = None) -> list[dict]:
     """The named grid; ValueError naming the field for an unknown kind or a bad size (dtype, mode and
-    stop shape the n sweep)."""
+    stop shape the n sweep; backend fixes the random sample's backend)."""
     if kind not in KINDS:
         raise ValueError(f"kind: unknown grid {kind!r}; expected one of {', '.join(KINDS)}")
     if not isinstance(n, int) or n < 1:
@@ -36,8 +37,10 @@ def make_grid(kind: str, *, seed: int = 0, n: int = 200, dtype: str = "bfloat16"
         return n_sweep(dtype=dtype, mode=mode, stop=stop)
     if kind == "matrix":
         return matrix()
+    if backend is not None and backend not in BACKENDS:
+        raise ValueError(f"backend: unknown {backend!r}; expected one of {', '.join(BACKENDS)}")
     if kind == "random":
-        return random_sample(n, seed=seed)
+        return random_sample(n, seed=seed, backend=backend)
     if kind == "cpu":
         return cpu_grid()
     if kind == "sweep":

@@ -41,9 +41,10 @@ def matrix(q_len=1024, **shape) -> list[dict]:
                    for b, d, m in itertools.product(BACKENDS, DTYPES, MODES)], "matrix")
 
 
-def random_sample(n: int, seed: int = 0, max_elements: int = 2**33) -> list[dict]:
+def random_sample(n: int, seed: int = 0, max_elements: int = 2**33, backend: str | None = None) -> list[dict]:
     """A seeded random sample over the whole space; shapes whose score matrix exceeds
-    `max_elements` elements are kept rare so that a sweep is mostly runnable."""
+    `max_elements` elements are kept rare so that a sweep is mostly runnable. `backend`: every row on that
+    backend (the other fields drawn as before, so some rows are ones it does not support)."""
     rng = random.Random(seed)
     rows = []
     while len(rows) < n:
@@ -56,7 +57,7 @@ def random_sample(n: int, seed: int = 0, max_elements: int = 2**33) -> list[dict
                                                                      4096, 8192, 16384, 32768])
         kv_len = rng.choice([1024, 4096, 16384, 65536, 131072]) if decode else q_len
         mask = rng.choice(["none", "none", "none", "bool", "float"])
-        row = case(backend=rng.choice(BACKENDS), dtype=rng.choice(DTYPES), batch=rng.choice([1, 2, 4, 8]),
+        row = case(backend=backend or rng.choice(BACKENDS), dtype=rng.choice(DTYPES), batch=rng.choice([1, 2, 4, 8]),
                    q_heads=q_heads, kv_heads=kv_heads,
                    head_dim=rng.choice([32, 40, 64, 80, 96, 100, 128, 128, 160, 192, 256]),
                    q_len=q_len, kv_len=kv_len, causal=int(mask == "none" and q_len == kv_len and rng.random() < 0.4),

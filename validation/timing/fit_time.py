@@ -116,7 +116,7 @@ def fit(frames: list[pd.DataFrame], gpu_name: str = "h200") -> pd.DataFrame:
     gpu = get_gpu(gpu_name)
     d = pd.concat(frames, ignore_index=True)
     d = d[(d.status == "ok") & (pd.to_numeric(d.measured_time_ms, errors="coerce") > 0)]
-    d = d[d.backend != "flex"].reset_index(drop=True)  # flex is priced from flash's factors (timing.FLEX_FLOP_SHARE)
+    d = d[d.backend != "flex"].reset_index(drop=True)  # flex is priced by estimator/call/flex_time.py
     c, backend, _ = calls_from_frame(d)
     cols = estimate_columns(c, backend, gpu)
     sel = cols["selected_backend"]

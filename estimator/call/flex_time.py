@@ -1,0 +1,216 @@
+"""flex_attention's time: the Triton kernels TorchInductor compiles for it, priced kernel by kernel.
+
+flex_attention under torch.compile lowers to Triton templates whose tile sizes come from a table keyed by the
+GPU's compute capability, the dtype and the exact head_dim (torch 2.11, torch/_inductor/template_heuristics/
+triton.py: CUDAConfigHeuristic.get_flex_attn_fwd_configs / get_flex_attn_bwd_configs / get_flex_decode_configs;
+the rules as installed on the H200 are validation/data/h200_flex_config_rules.txt):
+
+* forward (torch/_inductor/kernel/flex/flex_attention.py): one CTA per (batch, query head, BLOCK_M query rows),
+  walking the key blocks its BlockMask keeps in BLOCK_N steps; q·kᵀ and p·v as `tl.dot` at the head_dim rounded
+  up to a power of two (common.py set_head_dim_values: QK_HEAD_DIM_ROUNDED), so head_dim 80 or 96 runs the
+  128-wide loops and 160 or 192 the 256-wide ones. On sm90, head_dim 64, 128 and 256 have table entries; every
+  other head_dim takes the generic (64, 64) config, which at a rounded head_dim of 128 in fp32 spills registers
+  (0.8 TFLOP/s measured against 5.7 for head_dim 128's own (32, 64) config).
+* backward: a small preprocess (delta = Σ out·dO) and one template kernel whose programs compute either dQ
+  (q·kᵀ, dO·vᵀ, dS·k: three dots) or dK and dV (k·qᵀ, pᵀ·dO, v·dOᵀ, dSᵀ·q: four): 7 dots of 2·d FLOPs per
+  score, where FlashAttention-2 needs 5 (it keeps P between its loops). fp32 backward uses 16x16 blocks on every
+  GPU; 16-bit on sm90 (64, 64) below head_dim 64, (64, 128) to 128 and (64, 64) above, where it spills (~0.2 of
+  the 16-bit peak against ~0.5 at 128).
+* decoding (flex_decoding.py `_use_flex_decoding`): a query shorter than 128 rows with a power-of-two GQA group
+  runs a split-KV kernel instead: B·Hkv·SPLIT_KV CTAs of 2 warps, SPLIT_KV = max(2·(SMs // (B·Hkv)), 1)
+  (`get_split_k`), with BLOCK_M = max(next_pow2(L·G), 16) rows (the query heads of a group packed together), then
+  reductions over the splits. Measured, every CTA's time follows all S/64 key blocks, not its split's share
+  (`decode_geometry`), at a latency per block that grows steeply with the tile's registers (measured per
+  (precision, BLOCK_M, rounded head_dim): DECODE_BLOCK_US; from 2 us a block at 16 rows of 64 in bf16 to 120 us at
+  128 rows of 128 and 560 us at 512).
+
+The rates each compiled config reaches are measured per kernel with torch.profiler on the H200
+(validation/data/h200_flex_probe.csv; `python -m validation.timing.flex_kernels` reproduces every constant here).
+Other GPUs are priced with the sm90 configs and the H200's rates at their own peaks: torch picks other configs
+there (its A100 and sm100 tables), which were not measured.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from estimator.call.flops import block_fraction
+from estimator.call.shapes import Calls
+from estimator.hardware import GPU
+from estimator.units import cdiv
+
+SPARSE_BLOCK = 128  # torch's _DEFAULT_SPARSE_BLOCK_SIZE: the BlockMask's granularity
+DECODE_BLOCK_N = 64  # FlexDecodeConfig(64, 1, 2) on sm90 (the capability branch's else overrides its (64, 3, 2))
+DECODE_MAX_QUERY = 128  # `_use_flex_decoding`: q_len < 128
+DECODE_CTAS_PER_SM = 2  # the decoding CTAs the measured calls ran at once per SM (2·SMs//(B·Hkv) splits each)
+# (BLOCK_M, BLOCK_N) of the forward per (fp32, head_dim), where torch's table has an entry; else (64, 64)
+FWD_TABLES = {
+    "sm90": {(True, 64): (128, 32), (True, 128): (32, 64), (True, 256): (32, 32),
+             (False, 64): (128, 128), (False, 128): (128, 64), (False, 256): (64, 32)},
+}
+
+
+def rounded_head_dim(D):
+    """QK_HEAD_DIM_ROUNDED: the next power of two (tl.arange needs one), at least 16 (tl.dot's smallest K)."""
+    return np.maximum(2 ** np.ceil(np.log2(np.maximum(D, 1))), 16).astype(np.int64)
+
+
+def forward_config(c: Calls):
+    """(BLOCK_M, BLOCK_N) of the forward kernel per call (sm90): the table entry of (dtype, exact head_dim),
+    (64, 64) otherwise up to head_dim 256, and (32, 16) fp32 / (64, 32) 16-bit above it."""
+    table = FWD_TABLES["sm90"]
+    bm = np.where(c.D > 256, np.where(c.fp32, 32, 64), 64)
+    bn = np.where(c.D > 256, np.where(c.fp32, 16, 32), 64)
+    for (fp32, d), (m, n) in table.items():
+        hit = (c.fp32 == fp32) & (c.D == d)
+        bm, bn = np.where(hit, m, bm), np.where(hit, n, bn)
+    return bm, bn
+
+
+def backward_config(c: Calls):
+    """(BLOCK_M1, BLOCK_N1) of the backward's dK/dV programs (its dQ programs use the transpose), sm90: fp32 and
+    head_dim > 256 (16, 16); 16-bit (64, 64) below 64, (64, 128) to 128, (64, 64) above (2 stages, not 3)."""
+    bn = np.where(c.D < 64, 64, np.where(c.D <= 128, 128, 64))
+    small = c.fp32 | (c.D > 256)
+    return np.where(small, 16, 64), np.where(small, 16, bn)
+
+
+def decodes(c: Calls):
+    """Calls flex runs with its split-KV decoding kernel: a query shorter than 128 rows and a power-of-two GQA
+    group (the BlockMask is built for one head, as the validation runner and a mask_mod-only call build it)."""
+    group = c.Hq // np.maximum(c.Hk, 1)
+    return (c.L < DECODE_MAX_QUERY) & (c.L > 0) & ((group & (group - 1)) == 0)
+
+
+def decode_geometry(c: Calls, sms: int):
+    """(BLOCK_M, SPLIT_KV, key blocks each CTA walks, CTAs) of the decoding kernel. Each CTA walks all the kept
+    64-key blocks, whatever the split: measured, the kernel's time follows S/64, not S/(64·SPLIT_KV) (fp32 at
+    BLOCK_M 16 and head_dim 128: 132-136 us a block at 8192 keys and 16 splits and at 65,536 keys and 4 splits;
+    bf16 at 16 rows of 128: 2.3-2.6 us a block at 16 and 2 splits), and the split reduction then merges equal
+    partial results. So the split buys nothing on this torch."""
+    group = c.Hq // np.maximum(c.Hk, 1)
+    block_m = np.maximum(2 ** np.ceil(np.log2(np.maximum(c.L * group, 1))), 16).astype(np.int64)
+    bh = np.maximum(c.B * c.Hk, 1)
+    split = np.maximum(sms // bh * 2, 1)
+    kept = cdiv(c.S, SPARSE_BLOCK) * SPARSE_BLOCK * block_fraction(c)
+    return block_m, split, np.ceil(kept / DECODE_BLOCK_N), bh * split
+
+
+def kernel_work(c: Calls):
+    """Per call, what the forward and backward template kernels execute: (score elements, forward dot FLOPs,
+    backward dot FLOPs), over the query tiles and the kept 128-key blocks of the BlockMask (a partial block is
+    computed whole, its mask_mod applied per element), at the rounded head_dims. 0 backward in forward mode."""
+    bm, _ = forward_config(c)
+    d, dv = rounded_head_dim(c.D), rounded_head_dim(c.Dv)
+    lp = cdiv(c.L, bm) * bm
+    sp = cdiv(c.S, SPARSE_BLOCK) * SPARSE_BLOCK
+    scores = c.B * c.Hq * lp.astype(np.float64) * sp * block_fraction(c)
+    fwd = 2.0 * scores * (d + dv)
+    bwd = np.where(c.grad, 2.0 * scores * (4 * d + 3 * dv), 0.0)
+    return scores, fwd, bwd
+
+
+def forward_schedule(c: Calls, sms: int):
+    """How much longer than its work over all SMs the forward runs: its grid walks the query blocks of one head
+    in order (program_id 0), so under a causal mask every head's last CTA is its longest (all its key blocks) and
+    the grid's very last CTA, the longest of all, starts when the others are nearly done: 1 + (that CTA's work)
+    / (the work per SM). Without causality the CTAs are equal: the last wave's quantisation, ceil(n/SMs)·SMs/n.
+    The backward needs neither (its key-block programs run longest first; the probe's causal backwards ran at
+    their non-causal rate)."""
+    bm, _ = forward_config(c)
+    tiles = cdiv(c.L, bm)
+    ctas = np.maximum(c.B * c.Hq * tiles, 1).astype(np.float64)
+    triangle = (c.causal | c.scausal) & (c.L == c.S) & (c.W == 0) & (c.docs <= 1)
+    # per CTA, in key blocks: the longest is the last query tile's (all S/128 blocks); the mean is the call's kept
+    # blocks over its CTAs
+    longest = cdiv(c.S, SPARSE_BLOCK).astype(np.float64)
+    mean = cdiv(c.S, SPARSE_BLOCK) * block_fraction(c)
+    tail = 1.0 + longest / (ctas * mean / sms)
+    wave = cdiv(ctas, sms) * sms / ctas
+    return np.where(triangle, np.maximum(tail, wave), wave)
+
+
+# kernel classes: the compiled config (and, for fp32's generic config at a rounded head_dim of 128 or more, its
+# register spills), each with its measured share of the dtype's peak (FWD_SHARE, BWD_SHARE)
+FWD_CLASSES = ("16-bit 64x64", "16-bit 128x128", "16-bit 128x64", "16-bit 64x32",
+               "fp32 64x64", "fp32 64x64 spilled", "fp32 128x32", "fp32 32x64", "fp32 32x32")
+BWD_CLASSES = ("16-bit 64x64", "16-bit 64x128", "16-bit 64x64 wide", "fp32 16x16")
+
+
+def forward_class(c: Calls):
+    """Index into FWD_CLASSES per call (fp32 above head_dim 256, (32, 16), is priced as 32x32)."""
+    bm, bn = forward_config(c)
+    wide = rounded_head_dim(c.D) >= 128
+    fp32 = np.select([(bm == 128) & (bn == 32), (bm == 32) & (bn == 64), bm == 32, wide], [6, 7, 8, 5], 4)
+    half = np.select([(bm == 128) & (bn == 128), (bm == 128) & (bn == 64), (bn == 32)], [1, 2, 3], 0)
+    return np.where(c.fp32, fp32, half)
+
+
+def backward_class(c: Calls):
+    """Index into BWD_CLASSES per call (16-bit above head_dim 256 is priced as the wide 64x64)."""
+    return np.where(c.fp32, 3, np.where(c.D < 64, 0, np.where(c.D <= 128, 1, 2)))
+
+
+# measured shares of the dtype's peak per kernel class, and of the exp rate (1/256 of the 16-bit peak) per score
+# element and pass (the softmax's exp, max and scaling beside the dots; the backward's two recomputed exps and
+# dS): `python -m validation.timing.flex_kernels`, from validation/data/h200_flex_probe.csv
+EXP_SHARE = {"fwd": 1.02, "bwd": 0.48}
+FWD_SHARE = {"16-bit 128x128": 0.635, "16-bit 128x64": 0.593, "16-bit 64x32": 0.3819, "16-bit 64x64": 0.505,
+             "fp32 128x32": 0.2397, "fp32 32x32": 0.0727, "fp32 32x64": 0.0843, "fp32 64x64": 0.2758,
+             "fp32 64x64 spilled": 0.0125}
+BWD_SHARE = {"16-bit 64x128": 0.7805, "16-bit 64x64": 0.9106, "16-bit 64x64 wide": 0.2102, "fp32 16x16": 0.085}
+# the decoding kernel's microseconds per 64-key block per (fp32, BLOCK_M, rounded head_dim), its CTAs running side
+# by side (2 warps each): a latency set by the tile's registers, not by its FLOPs or bytes
+DECODE_BLOCK_US = {(False, 16, 64): 2.0, (False, 16, 128): 2.3, (False, 16, 256): 3.1, (False, 128, 128): 120.0,
+                   (False, 512, 128): 558.5, (True, 16, 64): 6.0, (True, 16, 128): 132.6, (True, 16, 256): 252.9}
+# the compiled call's cost beside its kernels per (backward, BlockMask built by the call: no causal, window or
+# document mask), added to the GPU time, not overlapped with it: a backward that builds its own BlockMask ran
+# ~0.7 ms longer than its kernels even at 55 ms of GPU time (validation/data/h200_flex_probe.csv). Fitted on the
+# call times of the probe and the flex sweep (`python -m validation.timing.flex_kernels`)
+OVERHEAD_MS = {(False, False): 0.31, (False, True): 0.18, (True, False): 0.34, (True, True): 0.69}
+
+
+def decode_block_us(c: Calls, block_m):
+    """DECODE_BLOCK_US per call; a cell not measured takes the measured cell of its precision nearest in
+    log2(BLOCK_M) + log2(rounded head_dim)."""
+    d = np.log2(rounded_head_dim(c.D))
+    m = np.log2(np.maximum(block_m, 1))
+    best = np.full(np.shape(m), np.inf)
+    out = np.zeros(np.shape(m))
+    for (fp32, bm, dr), us in DECODE_BLOCK_US.items():
+        dist = np.where(c.fp32 == fp32, np.abs(m - np.log2(bm)) + np.abs(d - np.log2(dr)), np.inf)
+        closer = dist < best
+        best, out = np.where(closer, dist, best), np.where(closer, us, out)
+    return out
+
+
+def own_mask(c: Calls):
+    """Calls whose BlockMask flex_attention builds itself (none passed: no causal, window or document mask)."""
+    return ~(c.causal | c.scausal) & (c.W == 0) & (c.docs <= 1)
+
+
+def gpu_ms(c: Calls, gpu: GPU):
+    """The call's GPU time in ms: forward template (or decoding kernel), backward template and preprocess."""
+    peak = np.where(c.fp32, gpu.peak_flops_per_s["float32"], gpu.peak_flops_per_s["bfloat16"]) / 1e3
+    exp_rate = gpu.peak_flops_per_s["bfloat16"] / 256 / 1e3
+    scores, fwd, bwd = kernel_work(c)
+    fshare = np.array([FWD_SHARE[k] for k in FWD_CLASSES])[forward_class(c)]
+    bshare = np.array([BWD_SHARE[k] for k in BWD_CLASSES])[backward_class(c)]
+    schedule = forward_schedule(c, gpu.sm_count)
+    prefill = (fwd / (peak * fshare) + scores / (exp_rate * EXP_SHARE["fwd"])) * schedule
+    block_m, _, blocks, ctas = decode_geometry(c, gpu.sm_count)
+    # the CTAs run side by side up to DECODE_CTAS_PER_SM a SM (the measured calls had at most 2·SMs); beyond,
+    # they share the SMs
+    waves = np.maximum(1.0, ctas / (DECODE_CTAS_PER_SM * gpu.sm_count))
+    decoding = blocks * decode_block_us(c, block_m) * waves / 1e3
+    backward = bwd / (peak * bshare) + 2 * scores / (exp_rate * EXP_SHARE["bwd"])
+    preprocess = 2.0 * c.B * c.Hq * c.L * c.Dv * c.es / (gpu.hbm_bytes_per_s / 1e3)
+    return np.where(decodes(c), decoding, prefill) + np.where(c.grad, backward + preprocess, 0.0)
+
+
+def time_ms(c: Calls, gpu: GPU):
+    """Predicted milliseconds of a flex_attention call: its GPU time plus the compiled call's overhead."""
+    mask = own_mask(c)
+    overhead = np.select([c.grad & mask, c.grad, mask], [OVERHEAD_MS[(True, True)], OVERHEAD_MS[(True, False)],
+                                                          OVERHEAD_MS[(False, True)]], OVERHEAD_MS[(False, False)])
+    return gpu_ms(c, gpu) + overhead

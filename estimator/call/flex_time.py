@@ -20,9 +20,9 @@ the rules as installed on the H200 are validation/data/h200_flex_config_rules.tx
   runs a split-KV kernel instead: B·Hkv·SPLIT_KV CTAs of 2 warps, SPLIT_KV = max(2·(SMs // (B·Hkv)), 1)
   (`get_split_k`), with BLOCK_M = max(next_pow2(L·G), 16) rows (the query heads of a group packed together), then
   reductions over the splits. Measured, every CTA's time follows all S/64 key blocks, not its split's share
-  (`decode_geometry`), at a latency per block that grows steeply with the tile's registers (measured per
-  (precision, BLOCK_M, rounded head_dim): DECODE_BLOCK_US; from 2 us a block at 16 rows of 64 in bf16 to 120 us at
-  128 rows of 128 and 560 us at 512).
+  (`decode_geometry`), at a latency per block set by the tile's registers (`decode_block_us`): 2-5 us a block
+  while the tile fits a 2-warp CTA's registers, 90-560 us once it spills (bf16 at 128 query rows of head_dim 128;
+  fp32 from 16 rows of 128 or 32 rows of 64).
 
 The rates each compiled config reaches are measured per kernel with torch.profiler on the H200
 (validation/data/h200_flex_probe.csv; `python -m validation.timing.flex_kernels` reproduces every constant here).
@@ -97,17 +97,44 @@ def decode_geometry(c: Calls, sms: int):
 
 
 def kernel_work(c: Calls):
-    """Per call, what the forward and backward template kernels execute: (score elements, forward dot FLOPs,
-    backward dot FLOPs), over the query tiles and the kept 128-key blocks of the BlockMask (a partial block is
-    computed whole, its mask_mod applied per element), at the rounded head_dims. 0 backward in forward mode."""
+    """Per call, what the forward and backward template kernels execute: (score elements of the forward, forward
+    dot FLOPs, backward dot FLOPs), over the query tiles and the kept 128-key blocks of the BlockMask (a partial
+    block is computed whole, its mask_mod applied per element), at the rounded head_dims. The backward's dQ
+    programs pad the query to BLOCK_M2 (= BLOCK_N1) rows, its dK/dV programs to BLOCK_M1. 0 backward in forward
+    mode."""
     bm, _ = forward_config(c)
     d, dv = rounded_head_dim(c.D), rounded_head_dim(c.Dv)
-    lp = cdiv(c.L, bm) * bm
     sp = cdiv(c.S, SPARSE_BLOCK) * SPARSE_BLOCK
-    scores = c.B * c.Hq * lp.astype(np.float64) * sp * block_fraction(c)
+    frac = block_fraction(c)
+    scores = c.B * c.Hq * (cdiv(c.L, bm) * bm).astype(np.float64) * sp * frac
     fwd = 2.0 * scores * (d + dv)
-    bwd = np.where(c.grad, 2.0 * scores * (4 * d + 3 * dv), 0.0)
-    return scores, fwd, bwd
+    dq, dkdv = backward_parts(c)
+    return scores, fwd, np.where(c.grad, dq + dkdv, 0.0)
+
+
+def backward_parts(c: Calls):
+    """(dQ programs' dot FLOPs, dK/dV programs'): q·kᵀ, dO·vᵀ, dS·k over BLOCK_M2-row query tiles; k·qᵀ, pᵀ·dO,
+    v·dOᵀ, dSᵀ·q over BLOCK_M1-row ones."""
+    m1, n1 = backward_config(c)
+    d, dv = rounded_head_dim(c.D), rounded_head_dim(c.Dv)
+    keys = (cdiv(c.S, SPARSE_BLOCK) * SPARSE_BLOCK).astype(np.float64) * block_fraction(c)
+    heads = c.B * c.Hq
+    dq = heads * (cdiv(c.L, n1) * n1) * keys * 2.0 * (2 * d + dv)
+    dkdv = heads * (cdiv(c.L, m1) * m1) * keys * 2.0 * (2 * d + 2 * dv)
+    return dq, dkdv
+
+
+def backward_schedule(c: Calls, sms: int):
+    """How much longer than its work over all SMs the backward runs: at least as long as its longest program,
+    which runs on one SM at 1/SMs of the kernel's rate. A dQ program (B·Hq·ceil(L/BLOCK_M2) of them) walks all
+    the keys; a dK/dV program (B·Hkv·ceil(S/BLOCK_N1)) walks every query of its GQA group, so a short query over
+    many keys, or a large group over few keys, leaves most SMs idle."""
+    m1, n1 = backward_config(c)
+    dq, dkdv = backward_parts(c)
+    total = np.maximum(dq + dkdv, 1.0)
+    dq_ctas = np.maximum(c.B * c.Hq * cdiv(c.L, n1), 1)
+    kv_ctas = np.maximum(c.B * c.Hk * cdiv(c.S, n1), 1)
+    return np.maximum(1.0, np.maximum(dq / dq_ctas, dkdv / kv_ctas) * sms / total)
 
 
 def forward_schedule(c: Calls, sms: int):
@@ -133,15 +160,22 @@ def forward_schedule(c: Calls, sms: int):
 # kernel classes: the compiled config (and, for fp32's generic config at a rounded head_dim of 128 or more, its
 # register spills), each with its measured share of the dtype's peak (FWD_SHARE, BWD_SHARE)
 FWD_CLASSES = ("16-bit 64x64", "16-bit 128x128", "16-bit 128x64", "16-bit 64x32",
-               "fp32 64x64", "fp32 64x64 spilled", "fp32 128x32", "fp32 32x64", "fp32 32x32")
+               "fp32 64x64", "fp32 64x64 spilled", "fp32 128x32", "fp32 32x64", "fp32 32x32", "fp32 32-row unaligned")
 BWD_CLASSES = ("16-bit 64x64", "16-bit 64x128", "16-bit 64x64 wide", "fp32 16x16")
+
+
+def divisible(c: Calls):
+    """IS_DIVISIBLE of the templates (flex_attention.py): both lengths multiples of 128. Otherwise every load is
+    boundary-checked, which the fp32 32-row configs (head_dim 128 and 256) pay ~8x for (their registers spill)."""
+    return (c.L % SPARSE_BLOCK == 0) & (c.S % SPARSE_BLOCK == 0)
 
 
 def forward_class(c: Calls):
     """Index into FWD_CLASSES per call (fp32 above head_dim 256, (32, 16), is priced as 32x32)."""
     bm, bn = forward_config(c)
     wide = rounded_head_dim(c.D) >= 128
-    fp32 = np.select([(bm == 128) & (bn == 32), (bm == 32) & (bn == 64), bm == 32, wide], [6, 7, 8, 5], 4)
+    fp32 = np.select([(bm == 32) & ~divisible(c), (bm == 128) & (bn == 32), (bm == 32) & (bn == 64), bm == 32, wide],
+                     [9, 6, 7, 8, 5], 4)
     half = np.select([(bm == 128) & (bn == 128), (bm == 128) & (bn == 64), (bn == 32)], [1, 2, 3], 0)
     return np.where(c.fp32, fp32, half)
 
@@ -153,35 +187,45 @@ def backward_class(c: Calls):
 
 # measured shares of the dtype's peak per kernel class, and of the exp rate (1/256 of the 16-bit peak) per score
 # element and pass (the softmax's exp, max and scaling beside the dots; the backward's two recomputed exps and
-# dS): `python -m validation.timing.flex_kernels`, from validation/data/h200_flex_probe.csv
-EXP_SHARE = {"fwd": 1.02, "bwd": 0.48}
-FWD_SHARE = {"16-bit 128x128": 0.635, "16-bit 128x64": 0.593, "16-bit 64x32": 0.3819, "16-bit 64x64": 0.505,
-             "fp32 128x32": 0.2397, "fp32 32x32": 0.0727, "fp32 32x64": 0.0843, "fp32 64x64": 0.2758,
-             "fp32 64x64 spilled": 0.0125}
-BWD_SHARE = {"16-bit 64x128": 0.7805, "16-bit 64x64": 0.9106, "16-bit 64x64 wide": 0.2102, "fp32 16x16": 0.085}
-# the decoding kernel's microseconds per 64-key block per (fp32, BLOCK_M, rounded head_dim), its CTAs running side
-# by side (2 warps each): a latency set by the tile's registers, not by its FLOPs or bytes
-DECODE_BLOCK_US = {(False, 16, 64): 2.0, (False, 16, 128): 2.3, (False, 16, 256): 3.1, (False, 128, 128): 120.0,
-                   (False, 512, 128): 558.5, (True, 16, 64): 6.0, (True, 16, 128): 132.6, (True, 16, 256): 252.9}
+# dS): `python -m validation.timing.flex_kernels`, from validation/data/h200_flex_probe.csv and _probe2.csv
+EXP_SHARE = {"fwd": 1.04, "bwd": 0.48}
+FWD_SHARE = {"16-bit 128x128": 0.6187, "16-bit 128x64": 0.5725, "16-bit 64x32": 0.3844, "16-bit 64x64": 0.4923,
+             "fp32 128x32": 0.184, "fp32 32-row unaligned": 0.0115, "fp32 32x32": 0.0727, "fp32 32x64": 0.0843,
+             "fp32 64x64": 0.2763, "fp32 64x64 spilled": 0.0125}
+BWD_SHARE = {"16-bit 64x128": 0.7477, "16-bit 64x64": 0.9106, "16-bit 64x64 wide": 0.2115, "fp32 16x16": 0.0841}
+# the decoding kernel's time per 64-key block, a latency (its CTAs of 2 warps run side by side) set by the
+# registers its tile needs (`decode_tile_bytes`) against a 2-warp CTA's register file (64 threads x 255 x 4 B =
+# 65,280 B): below, microseconds = a + b·KB; above, the tile spills to local memory and each block re-streams it,
+# c·KB. (a, b, c) per precision and the measured boundary, from both flex probes (`python -m
+# validation.timing.flex_kernels`): 16-bit tiles of 64 KB ran unspilled (3.8-5.0 us a block) and of 96 KB spilled
+# (120 us); fp32 tiles of 44 KB ran unspilled (6 us) and of 56 KB spilled (89 us)
+DECODE_BASE_US = {False: (1.6, 0.05), True: (0.14, 0.132)}
+DECODE_SPILL_US_PER_KB = {False: 1.35, True: 1.58}
+DECODE_SPILLS_ABOVE_KB = {False: 80.0, True: 50.0}
 # the compiled call's cost beside its kernels per (backward, BlockMask built by the call: no causal, window or
-# document mask), added to the GPU time, not overlapped with it: a backward that builds its own BlockMask ran
-# ~0.7 ms longer than its kernels even at 55 ms of GPU time (validation/data/h200_flex_probe.csv). Fitted on the
-# call times of the probe and the flex sweep (`python -m validation.timing.flex_kernels`)
-OVERHEAD_MS = {(False, False): 0.31, (False, True): 0.18, (True, False): 0.34, (True, True): 0.69}
+# document mask), added to the GPU time: the probes' call times (CUDA events) ran 0.1-0.9 ms longer than their
+# kernels, the most for a backward that builds its own BlockMask, and that is host speed too (the H200 host ran
+# a Python loop step in 32-58 ns between the three device calls). Fitted on the probes' call times
+OVERHEAD_MS = {(False, False): 0.11, (False, True): 0.26, (True, False): 0.24, (True, True): 0.65}
+
+
+def decode_tile_bytes(c: Calls, block_m):
+    """Registers the decoding tile needs per CTA: the fp32 accumulator (BLOCK_M x rounded head_dim) and scores
+    (BLOCK_M x 64); fp32 also holds q and the 64-key k and v tiles (its dots run on the FMA units, which read
+    both operands from registers; 16-bit wgmma reads them from shared memory)."""
+    d = rounded_head_dim(c.D).astype(np.float64)
+    tile = block_m * (4.0 * d + 4.0 * DECODE_BLOCK_N)
+    return np.where(c.fp32, tile + block_m * 4.0 * d + 2 * DECODE_BLOCK_N * 4.0 * d, tile)
 
 
 def decode_block_us(c: Calls, block_m):
-    """DECODE_BLOCK_US per call; a cell not measured takes the measured cell of its precision nearest in
-    log2(BLOCK_M) + log2(rounded head_dim)."""
-    d = np.log2(rounded_head_dim(c.D))
-    m = np.log2(np.maximum(block_m, 1))
-    best = np.full(np.shape(m), np.inf)
-    out = np.zeros(np.shape(m))
-    for (fp32, bm, dr), us in DECODE_BLOCK_US.items():
-        dist = np.where(c.fp32 == fp32, np.abs(m - np.log2(bm)) + np.abs(d - np.log2(dr)), np.inf)
-        closer = dist < best
-        best, out = np.where(closer, dist, best), np.where(closer, us, out)
-    return out
+    """Microseconds per 64-key block of the decoding kernel (DECODE_BASE_US, DECODE_SPILL_US_PER_KB)."""
+    kb = decode_tile_bytes(c, block_m) / 1024.0
+    a = np.where(c.fp32, DECODE_BASE_US[True][0], DECODE_BASE_US[False][0])
+    b = np.where(c.fp32, DECODE_BASE_US[True][1], DECODE_BASE_US[False][1])
+    spill = np.where(c.fp32, DECODE_SPILL_US_PER_KB[True], DECODE_SPILL_US_PER_KB[False])
+    above = kb > np.where(c.fp32, DECODE_SPILLS_ABOVE_KB[True], DECODE_SPILLS_ABOVE_KB[False])
+    return np.where(above, spill * kb, a + b * kb)
 
 
 def own_mask(c: Calls):
@@ -203,7 +247,7 @@ def gpu_ms(c: Calls, gpu: GPU):
     # they share the SMs
     waves = np.maximum(1.0, ctas / (DECODE_CTAS_PER_SM * gpu.sm_count))
     decoding = blocks * decode_block_us(c, block_m) * waves / 1e3
-    backward = bwd / (peak * bshare) + 2 * scores / (exp_rate * EXP_SHARE["bwd"])
+    backward = (bwd / (peak * bshare) + 2 * scores / (exp_rate * EXP_SHARE["bwd"])) * backward_schedule(c, gpu.sm_count)
     preprocess = 2.0 * c.B * c.Hq * c.L * c.Dv * c.es / (gpu.hbm_bytes_per_s / 1e3)
     return np.where(decodes(c), decoding, prefill) + np.where(c.grad, backward + preprocess, 0.0)
 

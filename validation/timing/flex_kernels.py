@@ -1,16 +1,21 @@
 """The rates flex_attention's compiled Triton kernels reach on the H200, from per-kernel durations
-(estimator/call/flex_time.py FWD_SHARE, BWD_SHARE, EXP_SHARE, DECODE_BLOCK_US).
+(estimator/call/flex_time.py FWD_SHARE, BWD_SHARE, EXP_SHARE, DECODE_*, OVERHEAD_MS).
 
-    python -m validation.timing.flex_kernels [validation/data/h200_flex_probe.csv]
+    python -m validation.timing.flex_kernels
 
-The probe (`python -m validation.timing.kernel_probe --triton`, validation/cases/h200_flex_probe.csv) timed every
-kernel of 43 flex calls. Per call, the forward template kernel (`triton_tem_fused_*flex_attention*`), the backward
-one (`*flex_attention_backward*`) and, for decoding-shaped calls, the split-KV template are set against
+The two probes (`python -m validation.timing.kernel_probe --triton` on validation/cases/h200_flex_probe.csv and
+h200_flex_probe2.csv) timed every kernel of 65 flex calls. Per call, the forward template kernel
+(`triton_tem_fused_*flex_attention*`), the backward one (`*flex_attention_backward*`) and, for decoding-shaped
+calls, the split-KV template are set against
 flex_time.kernel_work's dot FLOPs at the dtype's peak and its score elements at the exp rate (1/256 of the 16-bit
 peak): time = FLOPs / (peak · share[class]) + exps / (exp rate · exp share). The exp share (one per pass) is the
 grid value whose per-class median shares leave the lowest median |log error|; each class's share is then the
-median over its kernels. The decoding kernel's time per 64-key block is the median per (precision, BLOCK_M,
-rounded head_dim). Pure pandas + numpy.
+median over its kernels of MIN_US or longer (shorter ones are launch latency). The decoding kernel's time per
+64-key block against its tile's registers
+(flex_time.decode_tile_bytes): a least-squares line a + b·KB through the unspilled blocks and the median us per KB
+of the spilled ones, per precision, with flex_time.DECODE_SPILLS_ABOVE_KB between them (the cells either side
+printed). The compiled call's overhead per (backward, own BlockMask): the grid value that leaves the lowest median
+|error| of the probes' call times (CUDA events) against the model. Pure pandas + numpy.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import argparse
 import numpy as np
 import pandas as pd
 
+MIN_US = 50.0  # a template kernel shorter than this is latency, not its class's rate
 EXP_GRID = np.round(np.arange(0.3, 1.51, 0.02), 2)
 
 
@@ -49,10 +55,12 @@ def kernels(probe: pd.DataFrame, cases: pd.DataFrame, gpu_name: str = "h200") ->
                                                              each(flex_time.forward_class(c))],
         "bwd_class": [flex_time.BWD_CLASSES[i] for i in each(flex_time.backward_class(c))],
         "fwd_peak_us": each(fwd / peak * flex_time.forward_schedule(c, gpu.sm_count)),
-        "bwd_peak_us": each(bwd / peak), "exp_us": each(scores / exp_rate),
+        "bwd_peak_us": each(bwd / peak * flex_time.backward_schedule(c, gpu.sm_count)),
+        "exp_us": each(scores / exp_rate),
+        "bwd_exp_us": each(scores / exp_rate * flex_time.backward_schedule(c, gpu.sm_count)),
         "fwd_exp_us": each(scores / exp_rate * flex_time.forward_schedule(c, gpu.sm_count)),
         "block_m": each(block_m), "head_dim_rounded": each(flex_time.rounded_head_dim(c.D)),
-        "blocks": each(blocks)})
+        "blocks": each(blocks), "tile_kb": each(flex_time.decode_tile_bytes(c, block_m) / 1024.0)})
     return out.join(us, on="id")
 
 
@@ -65,7 +73,7 @@ def _shares(t: pd.DataFrame, measured: str, peak_us: str, cls: str, exps: float,
 def fit_pass(t: pd.DataFrame, measured: str, peak_us: str, cls: str, exps: float,
              exp_us: str) -> tuple[float, pd.Series]:
     """(exp share, share per class) of one pass: `exps` exp passes per score element."""
-    t = t[t[measured].notna()]
+    t = t[t[measured].notna() & (t[measured] >= MIN_US)]
     best = None
     for x in EXP_GRID:
         share = _shares(t, measured, peak_us, cls, exps, x, exp_us)
@@ -78,27 +86,34 @@ def fit_pass(t: pd.DataFrame, measured: str, peak_us: str, cls: str, exps: float
     return best[1], best[2].round(4)
 
 
-def decode_block_us(t: pd.DataFrame) -> pd.Series:
-    """Median microseconds per 64-key block of the decoding kernel per (precision, BLOCK_M, rounded head_dim)."""
-    d = t[t["decodes"] & t["fwd"].notna()]
-    return (d["fwd"] / d["blocks"]).groupby([d["precision"], d["block_m"], d["head_dim_rounded"]]).median().round(1)
+def decode_fit(t: pd.DataFrame) -> tuple[dict, dict, pd.DataFrame]:
+    """({fp32: (a, b)}, {fp32: us per KB spilled}, the cells: precision, tile KB, us per block, spilled)."""
+    from estimator.call import flex_time
+
+    d = t[t["decodes"] & t["fwd"].notna()].copy()
+    d["us_per_block"] = d["fwd"] / d["blocks"]
+    d["fp32"] = d["precision"] == "fp32"
+    d["spilled"] = d["tile_kb"] > d["fp32"].map(flex_time.DECODE_SPILLS_ABOVE_KB)
+    base, spill = {}, {}
+    for fp32, g in d.groupby("fp32"):
+        fits = g[~g["spilled"]]
+        b, a = np.polyfit(fits["tile_kb"], fits["us_per_block"], 1)
+        base[bool(fp32)] = (round(float(a), 2), round(float(b), 3))
+        spill[bool(fp32)] = round(float((g["us_per_block"] / g["tile_kb"])[g["spilled"]].median()), 2)
+    cells = d[["precision", "block_m", "head_dim_rounded", "tile_kb", "us_per_block", "spilled"]]
+    return base, spill, cells.sort_values(["precision", "tile_kb"]).round(1)
 
 
 OVERHEAD_GRID = np.round(np.arange(0.0, 1.5001, 0.01), 2)
-CALL_SETS = ("validation/data/h200_flex_sweep.csv", "validation/data/h200_flex_calls.csv")
+PROBES = (("validation/data/h200_flex_probe.csv", "validation/cases/h200_flex_probe.csv"),
+          ("validation/data/h200_flex_probe2.csv", "validation/cases/h200_flex_probe2.csv"))
 
 
-def call_times(probe: pd.DataFrame, cases: pd.DataFrame, runs=CALL_SETS) -> pd.DataFrame:
-    """The fit's flex calls with their measured ms: the probe's (CUDA-event median) and those of `runs`
-    (`python -m validation run` outputs)."""
+def call_times(probe: pd.DataFrame, cases: pd.DataFrame) -> pd.DataFrame:
+    """The probes' flex calls with their measured ms (the CUDA-event median each probe row carries): the same
+    runs as their kernels, so the overhead is set against kernels of the same GPU and session."""
     ms = probe[probe["error"].isna()].groupby("id")["call_ms"].first().astype(float)
-    rows = [cases.set_index("id").join(ms.rename("ms"), how="inner").reset_index()]
-    for path in runs:
-        run = pd.read_csv(path, dtype=str, keep_default_na=False)
-        run = run[(run["backend"] == "flex") & (run["status"] == "ok")].copy()
-        run["ms"] = pd.to_numeric(run["measured_time_ms"])
-        rows.append(run[list(cases.columns) + ["ms"]])
-    return pd.concat(rows, ignore_index=True)
+    return cases.set_index("id").join(ms.rename("ms"), how="inner").reset_index()
 
 
 def fit_overhead(calls: pd.DataFrame, gpu_name: str = "h200") -> tuple[dict, float]:
@@ -127,22 +142,30 @@ def fit_overhead(calls: pd.DataFrame, gpu_name: str = "h200") -> tuple[dict, flo
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m validation.timing.flex_kernels",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("probe", nargs="?", default="validation/data/h200_flex_probe.csv")
-    parser.add_argument("--cases", default="validation/cases/h200_flex_probe.csv")
-    args = parser.parse_args(argv)
+    parser.parse_args(argv)
     from validation.timing.kernel_classes import load
 
-    probe, cases = load(args.probe, args.cases)
+    loaded = [load(p, c) for p, c in PROBES]
+    probe = pd.concat([p for p, _ in loaded], ignore_index=True)
+    cases = pd.concat([c for _, c in loaded], ignore_index=True)
     t = kernels(probe, cases)
     prefill = t[~t["decodes"]]
     fx, fwd = fit_pass(prefill, "fwd", "fwd_peak_us", "fwd_class", 1.0, "fwd_exp_us")
-    bx, bwd = fit_pass(prefill, "bwd", "bwd_peak_us", "bwd_class", 2.0, "exp_us")
+    bx, bwd = fit_pass(t, "bwd", "bwd_peak_us", "bwd_class", 2.0, "bwd_exp_us")
     print(f"EXP_SHARE = {{'fwd': {fx}, 'bwd': {bx}}}")
     print("FWD_SHARE = {" + ", ".join(f'"{k}": {v}' for k, v in fwd.items()) + "}")
     print("BWD_SHARE = {" + ", ".join(f'"{k}": {v}' for k, v in bwd.items()) + "}")
-    blocks = decode_block_us(t)
-    print("DECODE_BLOCK_US = {" + ", ".join(f"({p == 'fp32'}, {m}, {d}): {v}" for (p, m, d), v in blocks.items())
-          + "}")
+    base, spill, cells = decode_fit(t)
+    print(cells.to_string(index=False))
+    print(f"DECODE_BASE_US = {base}\nDECODE_SPILL_US_PER_KB = {spill}")
+    from estimator.call import flex_time
+
+    # the overhead is fitted against the GPU time these constants give, not the ones committed
+    flex_time.EXP_SHARE.update(fwd=fx, bwd=bx)
+    flex_time.FWD_SHARE.update(fwd)
+    flex_time.BWD_SHARE.update(bwd)
+    flex_time.DECODE_BASE_US.update(base)
+    flex_time.DECODE_SPILL_US_PER_KB.update(spill)
     overhead, err = fit_overhead(call_times(probe, cases))
     print("OVERHEAD_MS = {" + ", ".join(f"{k}: {v}" for k, v in overhead.items()) + "}"
           f"  # median |error| {err:.3f} on the fit's calls")

@@ -61,7 +61,8 @@ def test_every_room_keys_its_table_by_the_registered_names():
     assert set(backends.PRIORITY_DEFAULT) == set(backends.PRIORITY_CUDNN_FIRST) == set(registry.SDPA_BACKENDS)
     assert set(op_chain.CHAINS) == set(registry.OP_CHAIN)
     own_fit = {b for b in names if registry.get(b).priced_as is None}
-    assert {name for name, _ in timing.FIT_FACTORS} == own_fit
+    # flex is priced by its Triton kernels' own configs and rates (estimator/call/flex_time.py), not by a fit
+    assert {name for name, _ in timing.FIT_FACTORS} == own_fit - {"flex"}
 
 
 def test_a_backend_priced_as_another_runs_that_ones_timeline():

@@ -128,3 +128,28 @@ def test_flex_held_out_calls():
     err, measured = _flex_errors("h200_heldout9.csv")
     big = measured >= 1.0
     assert big.sum() == 14 and float(np.median(np.abs(err[big]))) <= 0.11
+
+
+def test_the_probe_records_the_installed_config_rules():
+    """validation.timing.triton_configs reads the installed torch's flex config heuristics (what --source-out
+    writes beside a probe), and finds no compiled kernels before any has run."""
+    import pytest
+
+    pytest.importorskip("torch")
+    from validation.timing import triton_configs
+
+    src = triton_configs.config_source()
+    assert src.startswith("torch ") and "def get_flex_attn_fwd_configs" in src and "def _use_flex_decoding" in src
+    assert triton_configs.compiled_since(triton_configs.autotuner_ids()) == {}
+
+
+def test_random_grid_on_one_backend():
+    import pytest
+
+    from validation.call.case_lists import make_grid
+
+    rows = make_grid("random", seed=61, n=30, backend="flex")
+    assert len(rows) == 30 and {r["backend"] for r in rows} == {"flex"}
+    assert rows == make_grid("random", seed=61, n=30, backend="flex")
+    with pytest.raises(ValueError, match="backend"):
+        make_grid("random", n=3, backend="nope")

@@ -223,6 +223,18 @@ def test_h200_call_time_on_held_out_set_9():
     assert big.sum() >= 120 and float(np.median(np.abs(err[big]))) <= 0.085 and (np.abs(err[big]) <= 0.08).sum() >= 55
 
 
+def test_h200_call_time_on_held_out_set_10():
+    """validation/data/h200_heldout10.csv (400 random calls, seed 59, committed before it was measured, after flex's
+    kernels were priced by their own configs): median |error| 8.56% on all its 128 calls >= 1 ms, flex included
+    (10.25% with flex priced from flash's factors, the model before), 56 within 8%; 8.53% on its 116 SDPA and eager
+    calls. The 8% target is not met."""
+    import numpy as np
+
+    _, cols, err, measured = _call_errors("h200_heldout10.csv")
+    big = measured >= 1.0
+    assert big.sum() >= 120 and float(np.median(np.abs(err[big]))) <= 0.087 and (np.abs(err[big]) <= 0.08).sum() >= 54
+
+
 def test_cudnn_forward_softmax_is_a_pipeline_beside_the_mmas():
     """timing.OVERLAPPED_SOFTMAX: a prefill-shaped cuDNN forward takes the slower of its MMAs and its softmax. At
     head_dim 64 the softmax bounds it: ViT-L's 12,545-token call measured alone (validation/data/

@@ -14,8 +14,8 @@ the rules as installed on the H200 are validation/data/h200_flex_config_rules.tx
 * backward: a small preprocess (delta = Σ out·dO) and one template kernel whose programs compute either dQ
   (q·kᵀ, dO·vᵀ, dS·k: three dots) or dK and dV (k·qᵀ, pᵀ·dO, v·dOᵀ, dSᵀ·q: four): 7 dots of 2·d FLOPs per
   score, where FlashAttention-2 needs 5 (it keeps P between its loops). fp32 backward uses 16x16 blocks on every
-  GPU; 16-bit on sm90 (64, 64) below head_dim 64, (64, 128) to 128 and (64, 64) above, where it spills (~0.2 of
-  the 16-bit peak against ~0.5 at 128).
+  GPU; 16-bit on sm90 (64, 64) below head_dim 64, (64, 128) to 128 and (64, 64) above, where it spills (0.21 of
+  the 16-bit peak against 0.75 at 128).
 * decoding (flex_decoding.py `_use_flex_decoding`): a query shorter than 128 rows with a power-of-two GQA group
   runs a split-KV kernel instead: B·Hkv·SPLIT_KV CTAs of 2 warps, SPLIT_KV = max(2·(SMs // (B·Hkv)), 1)
   (`get_split_k`), with BLOCK_M = max(next_pow2(L·G), 16) rows (the query heads of a group packed together), then
@@ -25,7 +25,8 @@ the rules as installed on the H200 are validation/data/h200_flex_config_rules.tx
   fp32 from 16 rows of 128 or 32 rows of 64).
 
 The rates each compiled config reaches are measured per kernel with torch.profiler on the H200
-(validation/data/h200_flex_probe.csv; `python -m validation.timing.flex_kernels` reproduces every constant here).
+(validation/data/h200_flex_probe.csv and h200_flex_probe2.csv; `python -m validation.timing.flex_kernels`
+reproduces every constant here).
 Other GPUs are priced with the sm90 configs and the H200's rates at their own peaks: torch picks other configs
 there (its A100 and sm100 tables), which were not measured.
 """
@@ -129,7 +130,7 @@ def backward_schedule(c: Calls, sms: int):
     which runs on one SM at 1/SMs of the kernel's rate. A dQ program (B·Hq·ceil(L/BLOCK_M2) of them) walks all
     the keys; a dK/dV program (B·Hkv·ceil(S/BLOCK_N1)) walks every query of its GQA group, so a short query over
     many keys, or a large group over few keys, leaves most SMs idle."""
-    m1, n1 = backward_config(c)
+    _, n1 = backward_config(c)
     dq, dkdv = backward_parts(c)
     total = np.maximum(dq + dkdv, 1.0)
     dq_ctas = np.maximum(c.B * c.Hq * cdiv(c.L, n1), 1)
@@ -142,8 +143,8 @@ def forward_schedule(c: Calls, sms: int):
     in order (program_id 0), so under a causal mask every head's last CTA is its longest (all its key blocks) and
     the grid's very last CTA, the longest of all, starts when the others are nearly done: 1 + (that CTA's work)
     / (the work per SM). Without causality the CTAs are equal: the last wave's quantisation, ceil(n/SMs)·SMs/n.
-    The backward needs neither (its key-block programs run longest first; the probe's causal backwards ran at
-    their non-causal rate)."""
+    The backward's causal programs showed no such tail (the probe's causal backwards ran at their non-causal
+    rate); its bound is its longest program (`backward_schedule`)."""
     bm, _ = forward_config(c)
     tiles = cdiv(c.L, bm)
     ctas = np.maximum(c.B * c.Hq * tiles, 1).astype(np.float64)
@@ -195,10 +196,10 @@ FWD_SHARE = {"16-bit 128x128": 0.6187, "16-bit 128x64": 0.5725, "16-bit 64x32": 
 BWD_SHARE = {"16-bit 64x128": 0.7477, "16-bit 64x64": 0.9106, "16-bit 64x64 wide": 0.2115, "fp32 16x16": 0.0841}
 # the decoding kernel's time per 64-key block, a latency (its CTAs of 2 warps run side by side) set by the
 # registers its tile needs (`decode_tile_bytes`) against a 2-warp CTA's register file (64 threads x 255 x 4 B =
-# 65,280 B): below, microseconds = a + b·KB; above, the tile spills to local memory and each block re-streams it,
-# c·KB. (a, b, c) per precision and the measured boundary, from both flex probes (`python -m
-# validation.timing.flex_kernels`): 16-bit tiles of 64 KB ran unspilled (3.8-5.0 us a block) and of 96 KB spilled
-# (120 us); fp32 tiles of 44 KB ran unspilled (6 us) and of 56 KB spilled (89 us)
+# 65,280 B): below, microseconds = a + b·KB; above, the tile spills to local memory and the measured time grows
+# as c·KB (as if each block re-read the spilled tile). (a, b, c) per precision and the measured boundary, from
+# both flex probes (`python -m validation.timing.flex_kernels`): 16-bit tiles of 64 KB ran unspilled (3.8-5.0 us
+# a block) and of 96 KB spilled (120 us); fp32 tiles of 44 KB ran unspilled (6 us) and of 56 KB spilled (89 us)
 DECODE_BASE_US = {False: (1.6, 0.05), True: (0.14, 0.132)}
 DECODE_SPILL_US_PER_KB = {False: 1.35, True: 1.58}
 DECODE_SPILLS_ABOVE_KB = {False: 80.0, True: 50.0}

@@ -113,7 +113,7 @@ FIT_FACTORS = {
     ("eager", False): (1.0, 1.0, 1.0, 1.0, 1000.0, 1.0, 1.0, 1.0, 1.0, 1000.0, 0.0137, 0.0, 0.128),
     ("eager", True): (1.0, 1.0, 1.0, 1.0, 1000.0, 1.0, 1.0, 1.0, 1.0, 1000.0, 0.0476, 0.0, 0.352),
     ("efficient", False): (1.0, 0.805, 0.65, 0.749, 0.11, 0.12, 1000.0, 0.238, 0.877, 1000.0, 0.0, 0.0, 0.073),
-    ("efficient", True): (0.327, 0.725, 0.711, 0.543, 0.134, 0.077, 1000.0, 0.054, 0.085, 5.019, 0.0, 0.00106, 0.381),
+    ("efficient", True): (0.338, 0.729, 0.701, 0.663, 0.13, 0.075, 1000.0, 0.054, 0.106, 4.977, 0.0, 0.00123, 0.394),
     ("flash", False): (0.418, 0.418, 0.418, 1000.0, 1.226, 0.692, 1000.0, 0.342, 0.412, 4.066, 0.0, 0.0, 0.094),
     ("flash", True): (0.353, 0.353, 0.353, 1000.0, 2.092, 4.349, 1000.0, 0.292, 0.191, 1000.0, 0.0, 0.0, 0.42),
     ("math", False): (1.0, 1.0, 1.0, 1.0, 1000.0, 1.0, 1.0, 1.0, 1.0, 1000.0, 0.0144, 0.0, 0.135),
@@ -361,15 +361,34 @@ def host_kernels(c: Calls, backend):
     return op_chain.kernel_count(c, backend)
 
 
+# the memory-efficient backward's kernel per (fp32, head_dim class): its key block (kBlockSizeJ, the keys one CTA
+# owns) and its dQ lock step's cost relative to the 16-bit 64x64 kernel's (measured: fmha_cutlassB_*_64x64_k32/64,
+# *_128x128_k128 (16-bit) or *_128x64_k128 (fp32) for head_dim <= 128, *_128x64_k65536 above;
+# validation/data/h200_eff_decode_probe.csv, `python -m validation.timing.dq_steps`)
+DQ_KEY_BLOCK = {(False, 0): 64, (False, 1): 128, (False, 2): 64, (True, 0): 64, (True, 1): 64, (True, 2): 64}
+DQ_STEP_WEIGHT = {(False, 0): 1.0, (False, 1): 2.47, (False, 2): 0.35, (True, 0): 1.6, (True, 1): 3.02, (True, 2): 3.32}
+
+
+def dq_kernel_class(c: Calls):
+    """(fp32, 0 / 1 / 2 for head_dim <= 64, <= 128, above) of the memory-efficient backward's kernel."""
+    return c.fp32, np.where(c.D <= 64, 0, np.where(c.D <= 128, 1, 2))
+
+
 def dq_lock_steps(c: Calls, backend, sms: int):
-    """Serialized dQ accumulations of the memory-efficient backward: PyTorch splits its keys over
-    ceil(S/64) CTAs per (batch, head) (attention_backward.cu: num_splits_key = ceil_div(num_keys, kBlockSizeJ)),
-    and the CTAs of one query block add their dQ share in turn under a lock (xformers kernel_backward.h,
-    GradQTempStorage), so a call of a short query over long keys is a chain of B·Hq·splits lock hand-offs rather
-    than parallel work. With fewer splits than SMs, about sms/splits chains run side by side. 0 elsewhere."""
-    splits = cdiv(c.S, BWD_KEY_TILE["efficient"]).astype(np.float64) if hasattr(c.S, "astype") else \
-        float(cdiv(c.S, BWD_KEY_TILE["efficient"]))
-    steps = c.B * c.Hq * splits * np.minimum(1.0, splits / sms)
+    """Serialized dQ accumulations of the memory-efficient backward, in 16-bit 64x64-kernel steps: PyTorch splits
+    its keys over ceil(S/kBlockSizeJ) CTAs per (batch, head) (attention_backward.cu: num_splits_key =
+    ceil_div(num_keys, kBlockSizeJ); DQ_KEY_BLOCK), and the CTAs of one query block add their dQ share in turn
+    under a lock (xformers kernel_backward.h, GradQTempStorage), so a call of a short query over long keys is a
+    chain of B·Hq·splits lock hand-offs rather than parallel work. With fewer splits than SMs, about sms/splits
+    chains run side by side. Each step weighs its kernel's DQ_STEP_WEIGHT. 0 elsewhere."""
+    fp32, cls = dq_kernel_class(c)
+    block = np.zeros(np.shape(cls))
+    weight = np.zeros(np.shape(cls))
+    for (f, k), j in DQ_KEY_BLOCK.items():
+        hit = (fp32 == f) & (cls == k)
+        block, weight = np.where(hit, j, block), np.where(hit, DQ_STEP_WEIGHT[(f, k)], weight)
+    splits = np.ceil(c.S / block)
+    steps = c.B * c.Hq * splits * np.minimum(1.0, splits / sms) * weight
     return np.where((np.asarray(backend) == "efficient") & c.grad, steps, 0.0)
 
 

@@ -1,0 +1,64 @@
+"""The memory-efficient backward's dQ lock step per kernel, relative to the 16-bit 64x64 kernel's
+(estimator/call/timing.py DQ_STEP_WEIGHT), from per-kernel durations of decode-shaped backwards.
+
+    python -m validation.timing.dq_steps [validation/data/h200_eff_decode_probe.csv]
+
+The probe (`python -m validation.timing.kernel_probe`, validation/cases/h200_eff_decode_probe.csv) timed the
+kernels of 24 efficient backwards of 1-64 queries over 4k-131k keys. Per call, its `fmha_cutlassB_*` kernel's
+microseconds over timing.dq_lock_steps' unweighted steps (keys split by the kernel's key block, DQ_KEY_BLOCK) is
+the step's cost; the median per kernel class over the 16-bit 64x64 class's is the weight. Pure pandas + numpy.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pandas as pd
+
+
+def step_us(probe: pd.DataFrame, cases: pd.DataFrame) -> pd.DataFrame:
+    """Per call: its kernel class, the backward kernel's name and us, and us per (unweighted) lock step."""
+    from estimator.call import timing
+    from estimator.call.table import calls_from_frame
+
+    k = probe[probe["error"].isna() & probe["kernel"].str.contains("fmha_cutlassB")].copy()
+    k["duration_us"] = pd.to_numeric(k["duration_us"])
+    us = k.groupby("id").agg(kernel=("kernel", "first"), us=("duration_us", "sum"))
+    frame = cases[cases["id"].isin(us.index)].reset_index(drop=True)
+    c, _, _ = calls_from_frame(frame)
+    n = len(frame)
+    fp32, cls = (np.broadcast_to(x, (n,)) for x in timing.dq_kernel_class(c))
+    saved = dict(timing.DQ_STEP_WEIGHT)
+    try:
+        timing.DQ_STEP_WEIGHT.update({key: 1.0 for key in saved})
+        steps = np.broadcast_to(timing.dq_lock_steps(c, "efficient", 132), (n,))
+    finally:
+        timing.DQ_STEP_WEIGHT.update(saved)
+    out = pd.DataFrame({"id": frame["id"], "fp32": fp32, "head_dim_class": cls, "steps": steps})
+    out = out.join(us, on="id")
+    out["us_per_step"] = out["us"] / out["steps"]
+    out["kernel"] = out["kernel"].str.extract(r"fmha_cutlassB_(\w+?)_sm80")[0]
+    return out
+
+
+def weights(t: pd.DataFrame) -> dict:
+    med = t.groupby(["fp32", "head_dim_class"])["us_per_step"].median()
+    return {(bool(f), int(k)): round(float(v / med[(False, 0)]), 2) for (f, k), v in med.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m validation.timing.dq_steps", description=__doc__.splitlines()[0])
+    parser.add_argument("probe", nargs="?", default="validation/data/h200_eff_decode_probe.csv")
+    parser.add_argument("--cases", default="validation/cases/h200_eff_decode_probe.csv")
+    args = parser.parse_args(argv)
+    from validation.timing.kernel_classes import load
+
+    t = step_us(*load(args.probe, args.cases))
+    print(t[["id", "fp32", "head_dim_class", "kernel", "steps", "us", "us_per_step"]].round(2).to_string(index=False))
+    print(f"DQ_STEP_WEIGHT = {weights(t)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -153,3 +153,20 @@ def test_random_grid_on_one_backend():
     assert rows == make_grid("random", seed=61, n=30, backend="flex")
     with pytest.raises(ValueError, match="backend"):
         make_grid("random", n=3, backend="nope")
+
+
+def test_decoding_partials_are_in_the_forward_peak():
+    """The split-KV decoding kernel's fp32 partials (buf_ACC, buf_M, buf_L: B·SPLIT_KV·Hq·L·(Dv + 2)·4 bytes) live
+    beside out: held-out set 11's fp32 call B8 H16/1 L2 S16384 D128 (32 splits) peaked 4.16 MiB above its inputs,
+    the partials' 4.06 MiB (priced 0.13 MiB before they were counted)."""
+    from estimator import estimate_call
+
+    call = AttentionCall(batch=8, q_heads=16, kv_heads=1, head_dim=128, q_len=2, kv_len=16384, dtype="float32",
+                         backend="flex")
+    est = estimate_call(call, H200)
+    partials = 8 * 32 * 16 * 2 * (128 + 2) * 4
+    assert est.peak_extra_bytes >= partials
+    d = pd.read_csv(DATA / "h200_heldout11.csv")
+    row = d[(d.backend == "flex") & (d.dtype == "float32") & (d.q_len == 2) & (d.kv_len == 16384) & (d.batch == 8)]
+    measured = float(row.measured_peak_extra_bytes.iloc[0])
+    assert abs(est.peak_extra_bytes - measured) <= max(0.03 * measured, 2 * 2**20)

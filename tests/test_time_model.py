@@ -235,6 +235,19 @@ def test_h200_call_time_on_held_out_set_10():
     assert big.sum() >= 120 and float(np.median(np.abs(err[big]))) <= 0.087 and (np.abs(err[big]) <= 0.08).sum() >= 54
 
 
+def test_h200_call_time_on_held_out_set_11():
+    """validation/data/h200_heldout11.csv (400 random calls, seed 67, committed before it was measured, after the
+    efficient backward's dQ chain per kernel): median |error| 11.5% on its 133 calls >= 1 ms, flex included (12.0%
+    with the model before that change), 10.5% on its 117 SDPA and eager calls (11.4% before). A harder set than 9
+    and 10 (8.1-8.6%): its efficient and cuDNN forwards >= 1 ms ran 13-29% longer than priced. The 8% target is
+    not met."""
+    import numpy as np
+
+    _, cols, err, measured = _call_errors("h200_heldout11.csv")
+    big = measured >= 1.0
+    assert big.sum() >= 130 and float(np.median(np.abs(err[big]))) <= 0.116
+
+
 def test_cudnn_forward_softmax_is_a_pipeline_beside_the_mmas():
     """timing.OVERLAPPED_SOFTMAX: a prefill-shaped cuDNN forward takes the slower of its MMAs and its softmax. At
     head_dim 64 the softmax bounds it: ViT-L's 12,545-token call measured alone (validation/data/

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from estimator.call import registry
+from estimator.call import flex_time, registry
 from estimator.call.shapes import Calls
 from estimator.call.timeline import Timeline
 from estimator.units import cdiv, round_up
@@ -190,17 +190,23 @@ def eager_timeline(c: Calls, inplace_fill: bool = False) -> Timeline:
     return t
 
 
-@registry.register_timeline("flex")
-def flex_timeline(c: Calls) -> Timeline:
+@registry.register_timeline("flex", per_gpu=True)
+def flex_timeline(c: Calls, sm_count: int) -> Timeline:
     """flex_attention compiled (torch/_higher_order_ops/flex_attention.py; the Triton template in
     torch/_inductor/kernel/flex/): the forward writes out and its logsumexp (fp32), saved for backward; the
     backward computes delta = rowsum(out · grad_out) (fp32), then dq, dk, dv in the input dtype, dk and dv per kv
-    head (GQA inside the kernel, no expanded copies). The BlockMask is an input (built before the call)."""
+    head (GQA inside the kernel, no expanded copies). The BlockMask is an input (built before the call). A
+    decoding-shaped call (flex_time.decodes) runs the split-KV kernel, whose per-split partial outputs, row maxima
+    and sums (flex_decoding.py: buf_ACC (B, SPLIT_KV, Hq, L, Dv), buf_M and buf_L (B, SPLIT_KV, Hq, L), fp32)
+    live until their reduction into out."""
     t, g = Timeline(), c.grad
     P, Q, K, KE = _sizes(c)
     lse = c.B * c.Hq * c.L * 4
+    _, split, _, _ = flex_time.decode_geometry(c, sm_count)
+    t.alloc("decode_partials", c.B * split * c.Hq * c.L * (c.Dv + 2) * 4, flex_time.decodes(c))
     t.alloc("out", Q)
     t.alloc("lse", lse)
+    t.free("decode_partials")
     t.free_if(~g, "lse")
     t.mark("forward")
     if not np.any(g):

@@ -361,10 +361,9 @@ def host_kernels(c: Calls, backend):
     return op_chain.kernel_count(c, backend)
 
 
-# the memory-efficient backward's kernel per (fp32, head_dim class): its key block (kBlockSizeJ, the keys one CTA
-# owns) and its dQ lock step's cost relative to the 16-bit 64x64 kernel's (measured: fmha_cutlassB_*_64x64_k32/64,
-# *_128x128_k128 (16-bit) or *_128x64_k128 (fp32) for head_dim <= 128, *_128x64_k65536 above;
-# validation/data/h200_eff_decode_probe.csv, `python -m validation.timing.dq_steps`)
+# the efficient backward's kernel per (fp32, head_dim class): its key block (kBlockSizeJ, the keys a CTA owns) and
+# dQ lock step cost relative to the 16-bit 64x64 kernel's, measured (fmha_cutlassB_*_64x64_k32/64, *_128x128_k128 /
+# f32 *_128x64_k128 to 128, *_128x64_k65536 above: h200_eff_decode_probe.csv, `python -m validation.timing.dq_steps`)
 DQ_KEY_BLOCK = {(False, 0): 64, (False, 1): 128, (False, 2): 64, (True, 0): 64, (True, 1): 64, (True, 2): 64}
 DQ_STEP_WEIGHT = {(False, 0): 1.0, (False, 1): 2.47, (False, 2): 0.35, (True, 0): 1.6, (True, 1): 3.02, (True, 2): 3.32}
 

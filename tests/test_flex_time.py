@@ -26,7 +26,7 @@ def _calls(**kw) -> Calls:
 
 
 def test_forward_configs_are_torch_2_11s_sm90_table():
-    """FWD_TABLES['sm90'] is h100_default_flex_config as the H200's torch 2.11 holds it
+    """FWD_TABLE_SM90 is h100_default_flex_config as the H200's torch 2.11 holds it
     (validation/data/h200_flex_config_rules.txt, written by the probe); float16 shares bfloat16's entries."""
     text = (DATA / "h200_flex_config_rules.txt").read_text()
     block = text[text.index("self.h100_default_flex_config"):]
@@ -34,7 +34,7 @@ def test_forward_configs_are_torch_2_11s_sm90_table():
     table = {}
     for dtype, d, m, n in re.findall(r"\(torch\.(\w+), (\d+)\): FlexConfig\((\d+), (\d+),", block):
         table[(dtype == "float32", int(d))] = (int(m), int(n))
-    assert table == flex_time.FWD_TABLES["sm90"]
+    assert table == flex_time.FWD_TABLE_SM90
     assert "default_config = FlexConfig(64, 64, 3, 4)" in text  # every other head_dim up to 256
     sm90_bwd = ("FlexBwDConfig(64, 64, 64, 64, 3, 4) if h < 64 else",
                 "FlexBwDConfig(64, 128, 128, 64, 3, 8) if h <= 128", "FlexBwDConfig(64, 64, 64, 64, 2, 4)",

@@ -248,6 +248,21 @@ def test_h200_call_time_on_held_out_set_11():
     assert big.sum() >= 130 and float(np.median(np.abs(err[big]))) <= 0.116
 
 
+def test_decode_shaped_efficient_backwards_follow_their_kernels_dq_chain():
+    """timing.dq_chain_steps: the efficient backwards >= 1 ms of 1-64 queries in held-out sets 6-10 (11 calls, never
+    fitted; validation/data/h200_eff_decode_probe.csv set the per-kernel weights) have a median |error| of 33%
+    (61% with every kernel at 64 keys a CTA and one step cost)."""
+    import numpy as np
+
+    errs = []
+    for n in (6, 7, 8, 9, 10):
+        d, cols, err, measured = _call_errors(f"h200_heldout{n}.csv")
+        sel = ((measured >= 1.0) & (cols["selected_backend"] == "efficient")
+               & (d["mode"] == "forward_backward").to_numpy() & (pd.to_numeric(d.q_len) <= 64).to_numpy())
+        errs.extend(err[sel])
+    assert len(errs) == 11 and float(np.median(np.abs(errs))) <= 0.34
+
+
 def test_cudnn_forward_softmax_is_a_pipeline_beside_the_mmas():
     """timing.OVERLAPPED_SOFTMAX: a prefill-shaped cuDNN forward takes the slower of its MMAs and its softmax. At
     head_dim 64 the softmax bounds it: ViT-L's 12,545-token call measured alone (validation/data/

@@ -44,22 +44,26 @@ SPARSE_BLOCK = 128  # torch's _DEFAULT_SPARSE_BLOCK_SIZE: the BlockMask's granul
 DECODE_BLOCK_N = 64  # FlexDecodeConfig(64, 1, 2) on sm90 (the capability branch's else overrides its (64, 3, 2))
 DECODE_MAX_QUERY = 128  # `_use_flex_decoding`: q_len < 128
 DECODE_CTAS_PER_SM = 2  # the decoding CTAs the measured calls ran at once per SM (2·SMs//(B·Hkv) splits each)
-# (BLOCK_M, BLOCK_N) of the forward per (fp32, head_dim), where torch's table has an entry; else (64, 64)
-FWD_TABLES = {
-    "sm90": {(True, 64): (128, 32), (True, 128): (32, 64), (True, 256): (32, 32),
-             (False, 64): (128, 128), (False, 128): (128, 64), (False, 256): (64, 32)},
-}
+# (BLOCK_M, BLOCK_N) of the forward on sm90 per (fp32, head_dim), where torch's table (h100_default_flex_config)
+# has an entry; else (64, 64)
+FWD_TABLE_SM90 = {(True, 64): (128, 32), (True, 128): (32, 64), (True, 256): (32, 32),
+                  (False, 64): (128, 128), (False, 128): (128, 64), (False, 256): (64, 32)}
+
+
+def _next_pow2(x, least: int = 16):
+    """The next power of two of x, at least `least` (tl.arange needs a power of two, tl.dot at least 16)."""
+    return np.maximum(2 ** np.ceil(np.log2(np.maximum(x, 1))), least).astype(np.int64)
 
 
 def rounded_head_dim(D):
-    """QK_HEAD_DIM_ROUNDED: the next power of two (tl.arange needs one), at least 16 (tl.dot's smallest K)."""
-    return np.maximum(2 ** np.ceil(np.log2(np.maximum(D, 1))), 16).astype(np.int64)
+    """QK_HEAD_DIM_ROUNDED: the head_dim's next power of two, at least 16."""
+    return _next_pow2(D)
 
 
 def forward_config(c: Calls):
     """(BLOCK_M, BLOCK_N) of the forward kernel per call (sm90): the table entry of (dtype, exact head_dim),
     (64, 64) otherwise up to head_dim 256, and (32, 16) fp32 / (64, 32) 16-bit above it."""
-    table = FWD_TABLES["sm90"]
+    table = FWD_TABLE_SM90
     bm = np.where(c.D > 256, np.where(c.fp32, 32, 64), 64)
     bn = np.where(c.D > 256, np.where(c.fp32, 16, 32), 64)
     for (fp32, d), (m, n) in table.items():
@@ -90,7 +94,7 @@ def decode_geometry(c: Calls, sms: int):
     bf16 at 16 rows of 128: 2.3-2.6 us a block at 16 and 2 splits), and the split reduction then merges equal
     partial results. So the split buys nothing on this torch."""
     group = c.Hq // np.maximum(c.Hk, 1)
-    block_m = np.maximum(2 ** np.ceil(np.log2(np.maximum(c.L * group, 1))), 16).astype(np.int64)
+    block_m = _next_pow2(c.L * group)
     bh = np.maximum(c.B * c.Hk, 1)
     split = np.maximum(sms // bh * 2, 1)
     kept = cdiv(c.S, SPARSE_BLOCK) * SPARSE_BLOCK * block_fraction(c)
@@ -102,7 +106,7 @@ def kernel_work(c: Calls):
     dot FLOPs, backward dot FLOPs), over the query tiles and the kept 128-key blocks of the BlockMask (a partial
     block is computed whole, its mask_mod applied per element), at the rounded head_dims. The backward's dQ
     programs pad the query to BLOCK_M2 (= BLOCK_N1) rows, its dK/dV programs to BLOCK_M1. 0 backward in forward
-    mode."""
+    mode; and the backward's (dQ, dK/dV) parts, for `backward_schedule`."""
     bm, _ = forward_config(c)
     d, dv = rounded_head_dim(c.D), rounded_head_dim(c.Dv)
     sp = cdiv(c.S, SPARSE_BLOCK) * SPARSE_BLOCK
@@ -110,7 +114,7 @@ def kernel_work(c: Calls):
     scores = c.B * c.Hq * (cdiv(c.L, bm) * bm).astype(np.float64) * sp * frac
     fwd = 2.0 * scores * (d + dv)
     dq, dkdv = backward_parts(c)
-    return scores, fwd, np.where(c.grad, dq + dkdv, 0.0)
+    return scores, fwd, np.where(c.grad, dq + dkdv, 0.0), (dq, dkdv)
 
 
 def backward_parts(c: Calls):
@@ -125,13 +129,14 @@ def backward_parts(c: Calls):
     return dq, dkdv
 
 
-def backward_schedule(c: Calls, sms: int):
+def backward_schedule(c: Calls, sms: int, parts=None):
     """How much longer than its work over all SMs the backward runs: at least as long as its longest program,
     which runs on one SM at 1/SMs of the kernel's rate. A dQ program (B·Hq·ceil(L/BLOCK_M2) of them) walks all
     the keys; a dK/dV program (B·Hkv·ceil(S/BLOCK_N1)) walks every query of its GQA group, so a short query over
-    many keys, or a large group over few keys, leaves most SMs idle."""
+    many keys, or a large group over few keys, leaves most SMs idle. parts: `backward_parts(c)` where the caller
+    has it."""
     _, n1 = backward_config(c)
-    dq, dkdv = backward_parts(c)
+    dq, dkdv = backward_parts(c) if parts is None else parts
     total = np.maximum(dq + dkdv, 1.0)
     dq_ctas = np.maximum(c.B * c.Hq * cdiv(c.L, n1), 1)
     kv_ctas = np.maximum(c.B * c.Hk * cdiv(c.S, n1), 1)
@@ -238,7 +243,7 @@ def gpu_ms(c: Calls, gpu: GPU):
     """The call's GPU time in ms: forward template (or decoding kernel), backward template and preprocess."""
     peak = np.where(c.fp32, gpu.peak_flops_per_s["float32"], gpu.peak_flops_per_s["bfloat16"]) / 1e3
     exp_rate = gpu.peak_flops_per_s["bfloat16"] / 256 / 1e3
-    scores, fwd, bwd = kernel_work(c)
+    scores, fwd, bwd, parts = kernel_work(c)
     fshare = np.array([FWD_SHARE[k] for k in FWD_CLASSES])[forward_class(c)]
     bshare = np.array([BWD_SHARE[k] for k in BWD_CLASSES])[backward_class(c)]
     schedule = forward_schedule(c, gpu.sm_count)
@@ -248,7 +253,8 @@ def gpu_ms(c: Calls, gpu: GPU):
     # they share the SMs
     waves = np.maximum(1.0, ctas / (DECODE_CTAS_PER_SM * gpu.sm_count))
     decoding = blocks * decode_block_us(c, block_m) * waves / 1e3
-    backward = (bwd / (peak * bshare) + 2 * scores / (exp_rate * EXP_SHARE["bwd"])) * backward_schedule(c, gpu.sm_count)
+    backward = (bwd / (peak * bshare) + 2 * scores / (exp_rate * EXP_SHARE["bwd"])) * \
+        backward_schedule(c, gpu.sm_count, parts)
     preprocess = 2.0 * c.B * c.Hq * c.L * c.Dv * c.es / (gpu.hbm_bytes_per_s / 1e3)
     return np.where(decodes(c), decoding, prefill) + np.where(c.grad, backward + preprocess, 0.0)
 

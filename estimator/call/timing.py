@@ -361,34 +361,32 @@ def host_kernels(c: Calls, backend):
     return op_chain.kernel_count(c, backend)
 
 
-# the efficient backward's kernel per (fp32, head_dim class): its key block (kBlockSizeJ, the keys a CTA owns) and
-# dQ lock step cost relative to the 16-bit 64x64 kernel's, measured (fmha_cutlassB_*_64x64_k32/64, *_128x128_k128 /
-# f32 *_128x64_k128 to 128, *_128x64_k65536 above: h200_eff_decode_probe.csv, `python -m validation.timing.dq_steps`)
-DQ_KEY_BLOCK = {(False, 0): 64, (False, 1): 128, (False, 2): 64, (True, 0): 64, (True, 1): 64, (True, 2): 64}
+# the efficient backward's dQ lock step per kernel (fp32, `dq_kernel_class`) over the 16-bit 64x64 kernel's, measured
+# (validation/data/h200_eff_decode_probe.csv, `python -m validation.timing.dq_steps`)
 DQ_STEP_WEIGHT = {(False, 0): 1.0, (False, 1): 2.47, (False, 2): 0.35, (True, 0): 1.6, (True, 1): 3.02, (True, 2): 3.32}
 
 
 def dq_kernel_class(c: Calls):
-    """(fp32, 0 / 1 / 2 for head_dim <= 64, <= 128, above) of the memory-efficient backward's kernel."""
-    return c.fp32, np.where(c.D <= 64, 0, np.where(c.D <= 128, 1, 2))
+    """The memory-efficient backward kernel's head_dim class: 0 to 64, 1 to 128, 2 above (DQ_STEP_WEIGHT's keys)."""
+    return np.where(c.D <= 64, 0, np.where(c.D <= 128, 1, 2))
+
+
+def dq_chain_steps(c: Calls, sms: int):
+    """(unweighted lock steps, each step's DQ_STEP_WEIGHT) of the memory-efficient backward: the keys split over
+    ceil(S/kBlockSizeJ) CTAs per (batch, head) (attention_backward.cu num_splits_key; 128 keys a CTA for the 16-bit
+    *_128x128_k128 kernel of head_dim 65-128, else 64), whose dQ shares for one query block add in turn under a lock
+    (xformers kernel_backward.h, GradQTempStorage): a short query over long keys is a chain of B·Hq·splits lock
+    hand-offs, about sms/splits chains side by side where there are fewer splits than SMs."""
+    cls = dq_kernel_class(c)
+    splits = np.ceil(c.S / np.where(~c.fp32 & (cls == 1), 128, 64))
+    weight = np.select([(c.fp32 == f) & (cls == k) for f, k in DQ_STEP_WEIGHT], list(DQ_STEP_WEIGHT.values()))
+    return c.B * c.Hq * splits * np.minimum(1.0, splits / sms), weight
 
 
 def dq_lock_steps(c: Calls, backend, sms: int):
-    """Serialized dQ accumulations of the memory-efficient backward, in 16-bit 64x64-kernel steps: PyTorch splits
-    its keys over ceil(S/kBlockSizeJ) CTAs per (batch, head) (attention_backward.cu: num_splits_key =
-    ceil_div(num_keys, kBlockSizeJ); DQ_KEY_BLOCK), and the CTAs of one query block add their dQ share in turn
-    under a lock (xformers kernel_backward.h, GradQTempStorage), so a call of a short query over long keys is a
-    chain of B·Hq·splits lock hand-offs rather than parallel work. With fewer splits than SMs, about sms/splits
-    chains run side by side. Each step weighs its kernel's DQ_STEP_WEIGHT. 0 elsewhere."""
-    fp32, cls = dq_kernel_class(c)
-    block = np.zeros(np.shape(cls))
-    weight = np.zeros(np.shape(cls))
-    for (f, k), j in DQ_KEY_BLOCK.items():
-        hit = (fp32 == f) & (cls == k)
-        block, weight = np.where(hit, j, block), np.where(hit, DQ_STEP_WEIGHT[(f, k)], weight)
-    splits = np.ceil(c.S / block)
-    steps = c.B * c.Hq * splits * np.minimum(1.0, splits / sms) * weight
-    return np.where((np.asarray(backend) == "efficient") & c.grad, steps, 0.0)
+    """The efficient backward's dQ lock steps (`dq_chain_steps`) in 16-bit 64x64-kernel steps; 0 elsewhere."""
+    steps, weight = dq_chain_steps(c, sms)
+    return np.where((np.asarray(backend) == "efficient") & c.grad, steps * weight, 0.0)
 
 
 def cta_floor_ms(c: Calls, backend, sms: int):
@@ -423,6 +421,8 @@ def overlapped_softmax(c: Calls, backend):
 
 def time_ms(c: Calls, backend, executed, gpu: GPU):
     """Predicted milliseconds for the call on `gpu` (vectorized over calls)."""
+    if np.ndim(backend) == 0 and str(backend) == "flex":
+        return flex_time.time_ms(c, gpu)  # flex's Triton kernels, priced by their configs
     terms = time_terms(c, backend, executed, gpu)
     shape = np.shape(terms)[:-1]
     fit = np.ones(shape + (np.shape(terms)[-1],), dtype=np.float64)
@@ -445,6 +445,6 @@ def time_ms(c: Calls, backend, executed, gpu: GPU):
                        overhead, softmax)
     floor = cta_floor_ms(c, backend, gpu.sm_count)
     out = np.where(floor > 0, np.maximum(modelled, floor + CTA_FLOOR_EVENT_MS), modelled)
-    if np.any(backend == "flex"):  # flex's Triton kernels are priced by their own configs (flex_time)
+    if np.any(backend == "flex"):  # a column of backends: flex's rows as above
         out = np.where(backend == "flex", flex_time.time_ms(c, gpu), out)
     return out

@@ -5,8 +5,8 @@
 
 The probe (`python -m validation.timing.kernel_probe`, validation/cases/h200_eff_decode_probe.csv) timed the
 kernels of 24 efficient backwards of 1-64 queries over 4k-131k keys. Per call, its `fmha_cutlassB_*` kernel's
-microseconds over timing.dq_lock_steps' unweighted steps (keys split by the kernel's key block, DQ_KEY_BLOCK) is
-the step's cost; the median per kernel class over the 16-bit 64x64 class's is the weight. Pure pandas + numpy.
+microseconds over timing.dq_chain_steps' unweighted steps (keys split by the kernel's key block) is the step's
+cost; the median per kernel class over the 16-bit 64x64 class's is the weight. Pure pandas + numpy.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ import numpy as np
 import pandas as pd
 
 
-def step_us(probe: pd.DataFrame, cases: pd.DataFrame) -> pd.DataFrame:
+def step_us(probe: pd.DataFrame, cases: pd.DataFrame, gpu_name: str = "h200") -> pd.DataFrame:
     """Per call: its kernel class, the backward kernel's name and us, and us per (unweighted) lock step."""
     from estimator.call import timing
     from estimator.call.table import calls_from_frame
+    from estimator.hardware import get_gpu
 
     k = probe[probe["error"].isna() & probe["kernel"].str.contains("fmha_cutlassB")].copy()
     k["duration_us"] = pd.to_numeric(k["duration_us"])
@@ -28,13 +29,9 @@ def step_us(probe: pd.DataFrame, cases: pd.DataFrame) -> pd.DataFrame:
     frame = cases[cases["id"].isin(us.index)].reset_index(drop=True)
     c, _, _ = calls_from_frame(frame)
     n = len(frame)
-    fp32, cls = (np.broadcast_to(x, (n,)) for x in timing.dq_kernel_class(c))
-    saved = dict(timing.DQ_STEP_WEIGHT)
-    try:
-        timing.DQ_STEP_WEIGHT.update({key: 1.0 for key in saved})
-        steps = np.broadcast_to(timing.dq_lock_steps(c, "efficient", 132), (n,))
-    finally:
-        timing.DQ_STEP_WEIGHT.update(saved)
+    fp32 = np.broadcast_to(c.fp32, (n,))
+    cls = np.broadcast_to(timing.dq_kernel_class(c), (n,))
+    steps = np.broadcast_to(timing.dq_chain_steps(c, get_gpu(gpu_name).sm_count)[0], (n,))
     out = pd.DataFrame({"id": frame["id"], "fp32": fp32, "head_dim_class": cls, "steps": steps})
     out = out.join(us, on="id")
     out["us_per_step"] = out["us"] / out["steps"]

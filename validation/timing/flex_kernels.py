@@ -44,7 +44,9 @@ def kernels(probe: pd.DataFrame, cases: pd.DataFrame, gpu_name: str = "h200") ->
     c, _, _ = calls_from_frame(frame)
     n = len(frame)
     each = lambda x: np.broadcast_to(x, (n,))  # noqa: E731
-    scores, fwd, bwd = flex_time.kernel_work(c)
+    scores, fwd, bwd, parts = flex_time.kernel_work(c)
+    fwd_sched = flex_time.forward_schedule(c, gpu.sm_count)
+    bwd_sched = flex_time.backward_schedule(c, gpu.sm_count, parts)
     peak = np.where(c.fp32, gpu.peak_flops_per_s["float32"], gpu.peak_flops_per_s["bfloat16"]) / 1e6
     exp_rate = gpu.peak_flops_per_s["bfloat16"] / 256 / 1e6
     block_m, _, blocks, ctas = flex_time.decode_geometry(c, gpu.sm_count)
@@ -54,11 +56,9 @@ def kernels(probe: pd.DataFrame, cases: pd.DataFrame, gpu_name: str = "h200") ->
         "decodes": each(flex_time.decodes(c)), "fwd_class": [flex_time.FWD_CLASSES[i] for i in
                                                              each(flex_time.forward_class(c))],
         "bwd_class": [flex_time.BWD_CLASSES[i] for i in each(flex_time.backward_class(c))],
-        "fwd_peak_us": each(fwd / peak * flex_time.forward_schedule(c, gpu.sm_count)),
-        "bwd_peak_us": each(bwd / peak * flex_time.backward_schedule(c, gpu.sm_count)),
+        "fwd_peak_us": each(fwd / peak * fwd_sched), "bwd_peak_us": each(bwd / peak * bwd_sched),
         "exp_us": each(scores / exp_rate),
-        "bwd_exp_us": each(scores / exp_rate * flex_time.backward_schedule(c, gpu.sm_count)),
-        "fwd_exp_us": each(scores / exp_rate * flex_time.forward_schedule(c, gpu.sm_count)),
+        "bwd_exp_us": each(scores / exp_rate * bwd_sched), "fwd_exp_us": each(scores / exp_rate * fwd_sched),
         "block_m": each(block_m), "head_dim_rounded": each(flex_time.rounded_head_dim(c.D)),
         "blocks": each(blocks), "tile_kb": each(flex_time.decode_tile_bytes(c, block_m) / 1024.0)})
     return out.join(us, on="id")
@@ -70,6 +70,11 @@ def _shares(t: pd.DataFrame, measured: str, peak_us: str, cls: str, exps: float,
     return (t[peak_us] / rest.where(rest > 0)).groupby(t[cls]).median()
 
 
+def _model(t, peak_us, cls, exps, exp_us, share, x):
+    """A pass's modelled us: its dots at the class's share of the peak plus its exps at x of the exp rate."""
+    return t[peak_us] / t[cls].map(share) + exps * t[exp_us] / x
+
+
 def fit_pass(t: pd.DataFrame, measured: str, peak_us: str, cls: str, exps: float,
              exp_us: str) -> tuple[float, pd.Series]:
     """(exp share, share per class) of one pass: `exps` exp passes per score element."""
@@ -77,13 +82,20 @@ def fit_pass(t: pd.DataFrame, measured: str, peak_us: str, cls: str, exps: float
     best = None
     for x in EXP_GRID:
         share = _shares(t, measured, peak_us, cls, exps, x, exp_us)
-        model = t[peak_us] / t[cls].map(share) + exps * t[exp_us] / x
+        model = _model(t, peak_us, cls, exps, exp_us, share, x)
         if share.isna().any() or (share > 1).any():  # the exps alone outlast a kernel, or a dot beats its peak
             continue
         err = float(np.median(np.abs(np.log(model / t[measured]))))
         if best is None or err < best[0]:
             best = (err, float(x), share)
     return best[1], best[2].round(4)
+
+
+def kernel_errors(t: pd.DataFrame, measured: str, peak_us: str, cls: str, exps: float, exp_us: str,
+                  share: pd.Series, x: float) -> pd.Series:
+    """(model / measured - 1) of one pass's kernels of MIN_US or longer at the fitted shares."""
+    t = t[t[measured].notna() & (t[measured] >= MIN_US)]
+    return _model(t, peak_us, cls, exps, exp_us, share, x) / t[measured] - 1
 
 
 def decode_fit(t: pd.DataFrame) -> tuple[dict, dict, pd.DataFrame]:
@@ -152,7 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     prefill = t[~t["decodes"]]
     fx, fwd = fit_pass(prefill, "fwd", "fwd_peak_us", "fwd_class", 1.0, "fwd_exp_us")
     bx, bwd = fit_pass(t, "bwd", "bwd_peak_us", "bwd_class", 2.0, "bwd_exp_us")
-    print(f"EXP_SHARE = {{'fwd': {fx}, 'bwd': {bx}}}")
+    fwd_err = kernel_errors(prefill, "fwd", "fwd_peak_us", "fwd_class", 1.0, "fwd_exp_us", fwd, fx)
+    bwd_err = kernel_errors(t, "bwd", "bwd_peak_us", "bwd_class", 2.0, "bwd_exp_us", bwd, bx)
+    print(f"EXP_SHARE = {{'fwd': {fx}, 'bwd': {bx}}}  # kernels >= {MIN_US:.0f} us: median |error| forward "
+          f"{fwd_err.abs().median():.3f} ({len(fwd_err)}), backward {bwd_err.abs().median():.3f} ({len(bwd_err)})")
     print("FWD_SHARE = {" + ", ".join(f'"{k}": {v}' for k, v in fwd.items()) + "}")
     print("BWD_SHARE = {" + ", ".join(f'"{k}": {v}' for k, v in bwd.items()) + "}")
     base, spill, cells = decode_fit(t)

@@ -55,7 +55,7 @@ class Op:
     """One op of the chain, vectorized over calls: kernel launches (0 where the op is absent), FLOPs and HBM bytes;
     kind 'gemm' (a bmm: roofline), 'ew' (elementwise, reduction, softmax: bytes) or 'dropout' (native_dropout);
     cls, for 'ew': the kernel family its launches run (`KERNEL_CLASS_BW_SHARE`), which sets the share of HBM bandwidth
-    it reaches."""
+    it reaches (with its element width, for the `ELEMENT_RATE_FAMILIES`)."""
 
     name: str
     kind: str
@@ -64,6 +64,7 @@ class Op:
     bytes: np.ndarray
     gemm: tuple | None = None  # a bmm's (batch, m, n, k): `timing` pads it to cuBLAS's tiles and counts its waves
     cls: str = "vec"
+    width: np.ndarray | int = 4  # bytes of an element of its operands (math works in fp32; eager in the input dtype)
 
 
 def _f(x):
@@ -182,6 +183,8 @@ def eager_ops(c: Calls) -> list[Op]:
         Op("dK, dV summed over the group", "ew", g(gqa, 2), zero, b(np.where(gqa, 2 * (Ke + K) * es, 0)),
            cls="reduce"),
     ]
+    for op in ops:  # every op but the fp32 softmax and its casts works on elements of the input dtype
+        op.width = es if op.cls in ELEMENT_RATE_FAMILIES else 4
     return ops
 
 
@@ -192,12 +195,28 @@ def eager_ops(c: Calls) -> list[Op]:
 # elementwise kernel with a broadcast operand (mask add, where, masked_fill); reduce: reduce_kernel (group sums,
 # all()); softmax_fwd/bwd:<kernel>: the softmax kernel PyTorch picks by row length (`softmax_kernel`); dropout_fwd:
 # fused_dropout_kernel_vec (a Philox draw, the kept mask and the scaled output), dropout_bwd: masked_scale_kernel.
+# The non-vectorized kernels (copy, broadcast, reduce: ELEMENT_RATE_FAMILIES) compute an offset per element of each
+# operand (TensorIterator's OffsetCalculator, one integer division per dimension): they are bound by elements a
+# second, not bytes, so on 16-bit elements (eager's scores in fp16/bf16, ":16-bit") they move about half the bytes
+# of the same kernel on fp32 (eager's masked_fill 0.298 of HBM bandwidth on 16-bit scores, 0.524 on fp32).
 KERNEL_CLASS_BW_SHARE = {
-    "broadcast": 0.549, "cast": 0.429, "copy": 0.312, "reduce": 0.299, "vec": 0.855,
-    "dropout_fwd": 0.666, "dropout_bwd": 0.896,
+    "broadcast": 0.575, "broadcast:16-bit": 0.298, "cast": 0.429, "copy": 0.363, "copy:16-bit": 0.213,
+    "reduce": 0.319, "reduce:16-bit": 0.171, "vec": 0.855, "dropout_fwd": 0.666, "dropout_bwd": 0.896,
     "softmax_bwd:block": 0.705, "softmax_bwd:block_long": 0.564, "softmax_bwd:smem": 0.874, "softmax_bwd:warp": 0.888,
     "softmax_fwd:block": 0.698, "softmax_fwd:block_long": 0.422, "softmax_fwd:reg": 0.406, "softmax_fwd:warp": 0.753,
 }
+ELEMENT_RATE_FAMILIES = ("broadcast", "copy", "reduce")
+
+
+def share_key(op: Op, c: Calls):
+    """`op`'s KERNEL_CLASS_BW_SHARE key per call: its family, with ":16-bit" for an element-rate family's kernels
+    on 16-bit elements, and the softmax families by the kernel the row length picks (`softmax_kernel`)."""
+    if op.cls.startswith("softmax_"):
+        kernel = softmax_kernel(op.cls.removeprefix("softmax_"), c.S)
+        return np.char.add(op.cls + ":", kernel.astype(str))
+    if op.cls in ELEMENT_RATE_FAMILIES:
+        return np.where(np.asarray(op.width) == 2, op.cls + ":16-bit", op.cls)
+    return np.asarray(op.cls)
 
 
 def softmax_kernel(direction: str, S):
@@ -212,13 +231,10 @@ def softmax_kernel(direction: str, S):
 
 
 def bw_share(op: Op, c: Calls):
-    """The share of HBM bandwidth `op`'s kernels reach (KERNEL_CLASS_BW_SHARE), per call."""
-    if op.cls.startswith("softmax_"):
-        direction = op.cls.removeprefix("softmax_")
-        kernel = softmax_kernel(direction, c.S)
-        names = [k for k in KERNEL_CLASS_BW_SHARE if k.startswith(op.cls + ":")]
-        return np.select([kernel == k.split(":")[1] for k in names], [KERNEL_CLASS_BW_SHARE[k] for k in names])
-    return KERNEL_CLASS_BW_SHARE[op.cls]
+    """The share of HBM bandwidth `op`'s kernels reach (KERNEL_CLASS_BW_SHARE at `share_key`), per call."""
+    key = share_key(op, c)
+    names = [k for k in KERNEL_CLASS_BW_SHARE if k == op.cls or k.startswith(op.cls + ":")]
+    return np.select([key == k for k in names], [KERNEL_CLASS_BW_SHARE[k] for k in names])
 
 
 # each bmm's role: the operand layouts cuBLAS sees (q·kᵀ and pᵀ·dO run its "tn" kernels, p·v and qᵀ·dS "nn",
@@ -226,12 +242,28 @@ def bw_share(op: Op, c: Calls):
 GEMM_ROLES = {"bmm q kT": "qk", "bmm p v": "pv", "bmm dO vT": "dp", "bmm pT dO": "dv", "bmm dS k": "dq",
               "bmm qT dS": "dk"}
 # the share of its roofline (max of FLOPs at the executed tile padding over the peak, bytes over HBM bandwidth:
-# timing.gemm_roofline_ms) each role's cuBLAS kernels reach on the H200 (torch 2.11), 16-bit (eager) and fp32
-# (math, and eager on fp32 inputs): python -m validation.timing.kernel_classes
+# timing.gemm_roofline_ms) each role's cuBLAS kernels reach on the H200 (torch 2.11), per `gemm_class`: 16-bit
+# (eager) with every leading dimension a multiple of 8 elements (16 bytes: cuBLAS's sm90 nvjet kernels), 16-bit with
+# one of them only even (its sm80 CUTLASS *_align2 kernels, no wgmma: a third to a half of the rate; head_dim 100 or a
+# key length of 500) or odd (the sm75 *_align1 kernels: key length 4097), and fp32 (math, and eager on fp32 inputs):
+# python -m validation.timing.kernel_classes
 GEMM_ROOFLINE_SHARE = {
-    "16-bit": {"qk": 0.64, "pv": 0.785, "dp": 0.804, "dv": 0.584, "dq": 0.769, "dk": 0.773},
+    "16-bit": {"qk": 0.654, "pv": 0.796, "dp": 0.815, "dv": 0.652, "dq": 0.798, "dk": 0.792},
+    "16-bit align1": {"qk": 0.115, "pv": 0.232, "dp": 0.283, "dv": 0.115, "dq": 0.276, "dk": 0.231},
+    "16-bit align2": {"qk": 0.263, "pv": 0.362, "dp": 0.426, "dv": 0.263, "dq": 0.348, "dk": 0.275},
     "fp32": {"qk": 0.566, "pv": 0.718, "dp": 0.644, "dv": 0.61, "dq": 0.76, "dk": 0.693},
 }
+GEMM_ALIGN = 8  # elements of a 16-bit leading dimension in 16 bytes, the nvjet kernels' operand alignment
+
+
+def gemm_class(c: Calls, fp32):
+    """Each call's GEMM_ROOFLINE_SHARE key: the bmms' leading dimensions are head_dim (q, k, v, out, dO) and the key
+    length (the score matrix), so their alignment decides which cuBLAS kernels run."""
+    dims = np.gcd(np.gcd(c.D, c.Dv), c.S)
+    half = np.select([dims % GEMM_ALIGN == 0, dims % 2 == 0], ["16-bit", "16-bit align2"], "16-bit align1")
+    return np.where(np.asarray(fp32), "fp32", half)
+
+
 # an fp32 p·v of 2-4 query rows runs cuBLAS's gemmSN_NN kernel (M a template argument: 2, 3, 4), which walks the
 # reduction (the S keys) in one CTA per batch: GEMM_SN_US_PER_K a key whatever the batch and width (the median of
 # 57 such kernels of the probe, 0.030-0.033 us at the quartiles; the six of them cuBLAS ran as its 256-thread variant

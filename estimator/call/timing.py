@@ -15,9 +15,10 @@ time = max(GPU work, host dispatch, serial chain) + overhead, per (backend, mode
     (validation/timing/fit_time.py COMPUTE_LOWER).
   - the same compute for fp32 inputs, at the fp32 peak (a separate fit: each path's fp32 kernels reach another
     share of their peak).
-  - masked compute: the same for calls with an attn_mask on cuDNN or the efficient kernel (they add a bias tile
-    per score tile and run markedly slower than their unmasked kernels: fitted separately).
-  - masked and wide (a 16-bit forward with head_dim > 128 and a mask): the masked compute times
+  - masked compute: the same for calls with an attn_mask on cuDNN or the efficient kernel. The efficient kernel
+    runs its unmasked kernel (the term of its branch below or above) and adds a bias tile per score tile: this term
+    is that addition, so a mask never makes its call cheaper. cuDNN runs another kernel for a bias (64-row tiles):
+    this term is its whole compute, and a masked 16-bit forward at head_dim > 128 on it is the masked compute times
     MASKED_WIDE_SLOWDOWN.
   - wide compute: the same for unmasked 16-bit calls with head_dim > 128 (those kernels run smaller tiles, and the
     efficient backward keeps dK/dV in global memory: a 16-bit efficient backward at head_dim 160 runs ~5x slower
@@ -49,8 +50,9 @@ time = max(GPU work, host dispatch, serial chain) + overhead, per (backend, mode
 * host dispatch = ms per kernel × the kernels the call launches (`host_kernels`: math's and eager's op chain, 9 to
   38 launches; the fused backends' few launches are in the overhead): a math backward of ~30 small kernels takes
   ~1 ms however small the call, since the GPU waits for their launches.
-* serial chain = ms per step × the memory-efficient backward's serialized dQ accumulations (`dq_lock_steps`): with
-  a short query over long keys its key-split CTAs take turns adding to the same dQ tile.
+* serial chain = ms per step × the memory-efficient backward's serialized dQ accumulations
+  (`dq_chain.dq_lock_steps`): with a short query over long keys its key-split CTAs take turns adding to the same dQ
+  tile.
 
 The fit factors, the ms per kernel and per step and the overhead per backend and mode are a least-squares fit of
 relative error over the H200 rows (torch 2.11) of the seven measured sets below (the seventh, h200_long_calls.csv:
@@ -72,7 +74,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from estimator.call import flex_time, op_chain, registry
+from estimator.call import dq_chain, flex_time, op_chain, registry
 from estimator.call.flops import block_fraction
 from estimator.call.memory import flash_num_splits, flash_query_view
 from estimator.call.shapes import Calls
@@ -84,13 +86,15 @@ from estimator.units import cdiv, round_up
 # follow four warm runs of the same call; 20 naive ms (~27 ms at cuDNN's rate) gave the lowest error over the fit
 # sets of the values tried (10, 20, 40, 80: 2.8% median on the long calls at 20, 3.4-3.5% at the others)
 POWER_CAP_AFTER_MS = 20.0
-# a masked forward (a dense bias tile per score tile) on cuDNN or the efficient kernel with 16-bit head_dim > 128
-# runs both slow paths at once: the bias reads and the wide kernels' smaller tiles (module docstring, "wide
-# compute"). The masked factors were fitted on calls of head_dim <= 128 almost alone: the masked wide forwards >= 1 ms
-# of the seven fit sets ran a median 34% longer than priced, and whole 4-layer Gemma-2/3 prefills (sliding layers
-# at head_dim 256 get a dense mask) 16-25% longer at 32k-128k. Their masked compute is priced at 1/1.5 of the
-# masked rate (of 1.0-2.0, 1.5-1.55 gave those calls the lowest median |error|), and the factors refitted with it
-# (backward factors unchanged). Backward is left at the masked rate: its four such fit calls are too few to set it.
+# a masked forward (a dense bias tile per score tile) on cuDNN with 16-bit head_dim > 128 runs both slow paths at
+# once: the bias reads and the wide kernels' smaller tiles (module docstring, "wide compute"). The masked factors
+# were fitted on calls of head_dim <= 128 almost alone: the masked wide forwards >= 1 ms of the seven fit sets ran a
+# median 34% longer than priced, and whole 4-layer Gemma-2/3 prefills (sliding layers at head_dim 256 get a dense
+# mask) 16-25% longer at 32k-128k. Their masked compute is priced at 1/1.5 of the masked rate (of 1.0-2.0, 1.5-1.55
+# gave those calls the lowest median |error|). The efficient kernel's masked calls pay their wide term and the bias
+# on top (`time_terms`): priced at the masked rate alone, its masked backwards at head_dim 192-256 had come out
+# 4-5x below the measurement and below the same call without its mask (held-out sets 6, 10, 11: 285 ms measured,
+# 55 ms priced, 324 ms for the unmasked call).
 MASKED_WIDE_SLOWDOWN = 1.5
 # cuDNN's Hopper forward with a bias (cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64:
 # 64 query rows a CTA) costs a CTA at least CUDNN_FWD_CTA_MS whatever its work: a call of many tiny attention problems
@@ -110,14 +114,14 @@ CTA_FLOOR_EVENT_MS = 0.01
 FIT_FACTORS = {
     ("cudnn", False): (0.724, 0.724, 0.434, 1.061, 0.48, 0.209, 1000.0, 0.975, 1.468, 1.822, 0.0, 0.0, 0.074),
     ("cudnn", True): (0.913, 0.913, 0.406, 2.391, 1.021, 0.313, 1000.0, 0.578, 2.02, 2.777, 0.0, 0.0, 0.339),
-    ("eager", False): (1.0, 1.0, 1.0, 1.0, 1000.0, 1.0, 1.0, 1.0, 1.0, 1000.0, 0.0137, 0.0, 0.128),
-    ("eager", True): (1.0, 1.0, 1.0, 1.0, 1000.0, 1.0, 1.0, 1.0, 1.0, 1000.0, 0.0476, 0.0, 0.352),
-    ("efficient", False): (1.0, 0.805, 0.65, 0.749, 0.11, 0.12, 1000.0, 0.238, 0.877, 1000.0, 0.0, 0.0, 0.073),
-    ("efficient", True): (0.338, 0.729, 0.701, 0.663, 0.13, 0.075, 1000.0, 0.054, 0.106, 4.977, 0.0, 0.00123, 0.394),
+    ("eager", False): (1.0, 1.0, 1.0, 1.0, 1000.0, 1.0, 1.0, 1.0, 1.0, 1000.0, 0.0209, 0.0, 0.076),
+    ("eager", True): (1.0, 1.0, 1.0, 1.0, 1000.0, 1.0, 1.0, 1.0, 1.0, 1000.0, 0.0506, 0.0, 0.292),
+    ("efficient", False): (0.769, 0.827, 3.233, 0.694, 0.118, 0.114, 1000.0, 0.235, 0.821, 1000.0, 0.0, 0.0, 0.073),
+    ("efficient", True): (0.229, 0.684, 20.726, 1.079, 0.205, 0.069, 1000.0, 0.051, 0.32, 4.564, 0.0, 0.00126, 0.396),
     ("flash", False): (0.418, 0.418, 0.418, 1000.0, 1.226, 0.692, 1000.0, 0.342, 0.412, 4.066, 0.0, 0.0, 0.094),
     ("flash", True): (0.353, 0.353, 0.353, 1000.0, 2.092, 4.349, 1000.0, 0.292, 0.191, 1000.0, 0.0, 0.0, 0.42),
-    ("math", False): (1.0, 1.0, 1.0, 1.0, 1000.0, 1.0, 1.0, 1.0, 1.0, 1000.0, 0.0144, 0.0, 0.135),
-    ("math", True): (1.0, 1.0, 1.0, 1.0, 1000.0, 1.0, 1.0, 1.0, 1.0, 1000.0, 0.0412, 0.0, 0.218),
+    ("math", False): (1.0, 1.0, 1.0, 1.0, 1000.0, 1.0, 1.0, 1.0, 1.0, 1000.0, 0.0131, 0.0, 0.153),
+    ("math", True): (1.0, 1.0, 1.0, 1.0, 1000.0, 1.0, 1.0, 1.0, 1.0, 1000.0, 0.0406, 0.0, 0.233),
 }
 # (backend, grad) whose kernel runs the softmax in warps of their own beside the MMAs of another tile (Hopper
 # warp-specialised kernels, as FlashAttention-3 does, Shah et al. 2024 §3.1; cuDNN's forward is
@@ -279,9 +283,12 @@ def gemm_roofline_ms(op: op_chain.Op, fp32, gpu: GPU):
 
 
 def gemm_ms(op: op_chain.Op, c: Calls, fp32, gpu: GPU):
-    """A bmm's time in ms: its roofline at the share its role's cuBLAS kernels reach (op_chain.GEMM_ROOFLINE_SHARE),
-    and at least the gemmSN kernel's walk over the keys where that kernel runs (op_chain.runs_gemm_sn)."""
-    share = np.where(fp32, op_chain.GEMM_ROOFLINE_SHARE["fp32"][op.cls], op_chain.GEMM_ROOFLINE_SHARE["16-bit"][op.cls])
+    """A bmm's time in ms: its roofline at the share its role's cuBLAS kernels reach (op_chain.GEMM_ROOFLINE_SHARE,
+    by op_chain.gemm_class), and at least the gemmSN kernel's walk over the keys where that kernel runs
+    (op_chain.runs_gemm_sn)."""
+    kind = op_chain.gemm_class(c, fp32)
+    share = np.select([kind == k for k in op_chain.GEMM_ROOFLINE_SHARE],
+                      [v[op.cls] for v in op_chain.GEMM_ROOFLINE_SHARE.values()])
     t = gemm_roofline_ms(op, fp32, gpu) / share
     return np.where(op_chain.runs_gemm_sn(op, c, fp32), np.maximum(t, c.S * op_chain.GEMM_SN_US_PER_K / 1e3), t)
 
@@ -335,15 +342,19 @@ def time_terms(c: Calls, backend, executed, gpu: GPU):
     rng = executed_tile_flops(c, backend, executed, gpu.sm_count, per_score=True, score_passes=(1.0, 1.0),
                               geometry=geometry) / exp_rate
     drop = np.where(c.has_dropout, rng * 1e3, 0.0)
+    # a masked call on the efficient kernel runs its unmasked kernel's MMAs (the branches below) and adds a bias tile
+    # per score tile: its masked term is that addition, so a mask never makes it cheaper. cuDNN's masked call runs
+    # another kernel (its bias kernel's 64-row tiles, CUDNN_FWD_QUERY_ROWS): the masked term is its whole compute
+    apart = masked & (backend == "cudnn")
     # 16-bit kernels for head_dim > 128 run smaller tiles (FA2 and cuDNN) or keep dK/dV in global memory (the
     # efficient backward's kNeedsAccumGradK/V): their own rate
-    wide = ~masked & ~c.fp32 & (c.D > 128)
+    wide = ~apart & ~c.fp32 & (c.D > 128)
     # a query shorter than the kernel's query tile (decode-shaped calls): the padded tile's MMAs are issued, but the
     # call's time is its walk over the keys, not tensor-core work at the prefill's rate: its own factor
-    short = (c.L < _query_tile(c, backend)) & ~masked  # a masked short call keeps the masked rate (its bias reads)
-    plain = ~(masked | c.fp32 | wide | short)
-    masked_wide = np.where(~c.fp32 & ~c.grad & (c.D > 128), MASKED_WIDE_SLOWDOWN, 1.0)
-    fused = [np.where(plain, comp, 0.0), np.where(~masked & c.fp32 & ~short, comp, 0.0),
+    short = ~apart & (c.L < _query_tile(c, backend))
+    plain = ~(apart | c.fp32 | wide | short)
+    masked_wide = np.where(apart & ~c.fp32 & ~c.grad & (c.D > 128), MASKED_WIDE_SLOWDOWN, 1.0)
+    fused = [np.where(plain, comp, 0.0), np.where(~apart & c.fp32 & ~short, comp, 0.0),
              np.where(masked, comp * masked_wide, 0.0), mem, scores, drop]
     gemm, ew, cdrop = chain_terms(c, backend, gpu)
     chain = np.isin(backend, registry.OP_CHAIN)
@@ -359,34 +370,6 @@ def host_kernels(c: Calls, backend):
     """Kernels whose dispatch the host pays for before the GPU can finish: math's and eager's op chain; 0 for the
     fused backends (their one to few launches are in the overhead)."""
     return op_chain.kernel_count(c, backend)
-
-
-# the efficient backward's dQ lock step per kernel (fp32, `dq_kernel_class`) over the 16-bit 64x64 kernel's, measured
-# (validation/data/h200_eff_decode_probe.csv, `python -m validation.timing.dq_steps`)
-DQ_STEP_WEIGHT = {(False, 0): 1.0, (False, 1): 2.47, (False, 2): 0.35, (True, 0): 1.6, (True, 1): 3.02, (True, 2): 3.32}
-
-
-def dq_kernel_class(c: Calls):
-    """The memory-efficient backward kernel's head_dim class: 0 to 64, 1 to 128, 2 above (DQ_STEP_WEIGHT's keys)."""
-    return np.where(c.D <= 64, 0, np.where(c.D <= 128, 1, 2))
-
-
-def dq_chain_steps(c: Calls, sms: int):
-    """(unweighted lock steps, each step's DQ_STEP_WEIGHT) of the memory-efficient backward: the keys split over
-    ceil(S/kBlockSizeJ) CTAs per (batch, head) (attention_backward.cu num_splits_key; 128 keys a CTA for the 16-bit
-    *_128x128_k128 kernel of head_dim 65-128, else 64), whose dQ shares for one query block add in turn under a lock
-    (xformers kernel_backward.h, GradQTempStorage): a short query over long keys is a chain of B·Hq·splits lock
-    hand-offs, about sms/splits chains side by side where there are fewer splits than SMs."""
-    cls = dq_kernel_class(c)
-    splits = np.ceil(c.S / np.where(~c.fp32 & (cls == 1), 128, 64))
-    weight = np.select([(c.fp32 == f) & (cls == k) for f, k in DQ_STEP_WEIGHT], list(DQ_STEP_WEIGHT.values()))
-    return c.B * c.Hq * splits * np.minimum(1.0, splits / sms), weight
-
-
-def dq_lock_steps(c: Calls, backend, sms: int):
-    """The efficient backward's dQ lock steps (`dq_chain_steps`) in 16-bit 64x64-kernel steps; 0 elsewhere."""
-    steps, weight = dq_chain_steps(c, sms)
-    return np.where((np.asarray(backend) == "efficient") & c.grad, steps * weight, 0.0)
 
 
 def cta_floor_ms(c: Calls, backend, sms: int):
@@ -441,7 +424,7 @@ def time_ms(c: Calls, backend, executed, gpu: GPU):
     group, branch = overlapped_softmax(c, backend)
     softmax = np.where(branch, work[..., EXP_TERM], 0.0)
     summed = np.sum(work, axis=-1) - np.where(group, work[..., EXP_TERM], 0.0)
-    modelled = combine(summed, host * host_kernels(c, backend), step * dq_lock_steps(c, backend, gpu.sm_count),
+    modelled = combine(summed, host * host_kernels(c, backend), step * dq_chain.dq_lock_steps(c, backend, gpu.sm_count),
                        overhead, softmax)
     floor = cta_floor_ms(c, backend, gpu.sm_count)
     out = np.where(floor > 0, np.maximum(modelled, floor + CTA_FLOOR_EVENT_MS), modelled)

@@ -1,11 +1,11 @@
 """The memory-efficient backward's dQ lock step per kernel, relative to the 16-bit 64x64 kernel's
-(estimator/call/timing.py DQ_STEP_WEIGHT), from per-kernel durations of decode-shaped backwards.
+(estimator/call/dq_chain.py DQ_STEP_WEIGHT), from per-kernel durations of decode-shaped backwards.
 
     python -m validation.timing.dq_steps [validation/data/h200_eff_decode_probe.csv]
 
 The probe (`python -m validation.timing.kernel_probe`, validation/cases/h200_eff_decode_probe.csv) timed the
 kernels of 24 efficient backwards of 1-64 queries over 4k-131k keys. Per call, its `fmha_cutlassB_*` kernel's
-microseconds over timing.dq_chain_steps' unweighted steps (keys split by the kernel's key block) is the step's
+microseconds over dq_chain.dq_chain_steps' unweighted steps (keys split by the kernel's key block) is the step's
 cost; the median per kernel class over the 16-bit 64x64 class's is the weight. Pure pandas + numpy.
 """
 
@@ -19,7 +19,7 @@ import pandas as pd
 
 def step_us(probe: pd.DataFrame, cases: pd.DataFrame, gpu_name: str = "h200") -> pd.DataFrame:
     """Per call: its kernel class, the backward kernel's name and us, and us per (unweighted) lock step."""
-    from estimator.call import timing
+    from estimator.call import dq_chain
     from estimator.call.table import calls_from_frame
     from estimator.hardware import get_gpu
 
@@ -30,8 +30,8 @@ def step_us(probe: pd.DataFrame, cases: pd.DataFrame, gpu_name: str = "h200") ->
     c, _, _ = calls_from_frame(frame)
     n = len(frame)
     fp32 = np.broadcast_to(c.fp32, (n,))
-    cls = np.broadcast_to(timing.dq_kernel_class(c), (n,))
-    steps = np.broadcast_to(timing.dq_chain_steps(c, get_gpu(gpu_name).sm_count)[0], (n,))
+    cls = np.broadcast_to(dq_chain.dq_kernel_class(c), (n,))
+    steps = np.broadcast_to(dq_chain.dq_chain_steps(c, get_gpu(gpu_name).sm_count)[0], (n,))
     out = pd.DataFrame({"id": frame["id"], "fp32": fp32, "head_dim_class": cls, "steps": steps})
     out = out.join(us, on="id")
     out["us_per_step"] = out["us"] / out["steps"]

@@ -25,9 +25,10 @@ import pandas as pd
 
 from estimator.call import registry
 from estimator.call.attention import estimate_columns
+from estimator.call.dq_chain import dq_lock_steps
 from estimator.call.flops import executed_flops
 from estimator.call.table import calls_from_frame
-from estimator.call.timing import EXP_TERM, combine, dq_lock_steps, host_kernels, overlapped_softmax, time_terms
+from estimator.call.timing import EXP_TERM, combine, host_kernels, overlapped_softmax, time_terms
 from estimator.hardware import get_gpu
 
 SHORT_WEIGHT = 0.25  # weight of rows under 1 ms (overhead-dominated) relative to rows >= 1 ms
@@ -178,7 +179,7 @@ FACTOR_NAMES = (
 # came out worse: 10.1% against 9.1% median |error| on their 212 calls >= 1 ms (set CHAIN_PINNED all False, refit
 # with the module docstring's command, paste, and `python -m validation report` each set)
 CHAIN_PINNED = np.array([n in ("bw_fit", "dropout_fit", "gemm_fit") for n in FACTOR_NAMES])
-COMPUTE_LOWER = np.array([1.0 if n in ("flop_fit", "fp32_flop_fit", "masked_flop_fit", "wide_flop_fit") else 0.0
+COMPUTE_LOWER = np.array([1.0 if n in ("flop_fit", "fp32_flop_fit", "wide_flop_fit") else 0.0
                           for n in FACTOR_NAMES])
 
 

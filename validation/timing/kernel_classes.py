@@ -7,11 +7,13 @@ The probe (validation/timing/kernel_probe.py) timed every GPU kernel of 664 math
 in its family by name, as PyTorch 2.11 names them: `vectorized_elementwise_kernel` (vec: contiguous operands),
 `unrolled_elementwise_kernel<direct_copy...>` (cast: a dtype conversion copy), the other `elementwise_kernel<...>`
 and `triu_tril_kernel` (strided: a broadcast or permuted operand, TensorIterator's non-vectorized path), softmax
-kernels, `reduce_kernel`. Per call, the family's measured time is set against the op chain's bytes of that family at
-the GPU's HBM bandwidth; the share printed is the median over calls where the family ran at least MIN_US (shorter
+kernels, `reduce_kernel`; the non-vectorized families (op_chain.ELEMENT_RATE_FAMILIES) apart for 16-bit elements.
+Per call, the family's measured time is set against the op chain's bytes of that family at the GPU's HBM bandwidth;
+the share printed is the median over calls where the family ran at least MIN_US (shorter
 kernels are latency, not bandwidth). GEMMs: each GEMM kernel matched, in launch order, to its bmm of the chain, and
-its roofline (estimator/call/timing.py gemm_roofline_ms) set against its time, per precision and role
-(op_chain.GEMM_ROOFLINE_SHARE); the gemmSN kernels apart, as microseconds per key (op_chain.GEMM_SN_US_PER_K).
+its roofline (estimator/call/timing.py gemm_roofline_ms) set against its time, per precision and alignment
+(op_chain.gemm_class) and role (op_chain.GEMM_ROOFLINE_SHARE); the gemmSN kernels apart, as microseconds per key
+(op_chain.GEMM_SN_US_PER_K).
 Pure pandas + numpy.
 """
 
@@ -89,8 +91,7 @@ def modelled_by_family(cases: pd.DataFrame, gpu_name: str = "h200") -> pd.DataFr
             if op.kind not in ("ew", "dropout"):
                 continue
             us = np.broadcast_to(op.bytes, (len(rows),)) / bw
-            keys = ([f"{op.cls}:{k}" for k in op_chain.softmax_kernel(op.cls.removeprefix("softmax_"), c.S)]
-                    if op.cls.startswith("softmax_") else [op.cls] * len(rows))
+            keys = np.broadcast_to(op_chain.share_key(op, c), (len(rows),))
             for i, key, v in zip(rows["id"], keys, us, strict=True):
                 out.setdefault(key, {}).setdefault(i, 0.0)
                 out[key][i] += float(v)
@@ -98,10 +99,16 @@ def modelled_by_family(cases: pd.DataFrame, gpu_name: str = "h200") -> pd.DataFr
 
 
 def shares(probe: pd.DataFrame, cases: pd.DataFrame) -> pd.DataFrame:
-    """Per family: calls used, median share of HBM bandwidth (modelled us at full bandwidth over measured us) and
-    its interquartile range."""
+    """Per family (the element-rate families split by width: op_chain.share_key): calls used, median share of HBM
+    bandwidth (modelled us at full bandwidth over measured us) and its interquartile range."""
     meas = measured_by_family(probe, cases)
     model = modelled_by_family(cases[cases["id"].isin(meas.index)])
+    meas = meas.reindex(model.index).fillna(0.0)
+    for key in [k for k in model.columns if k.endswith(":16-bit")]:  # a call's kernels of a family are of one width
+        base = key.split(":")[0]
+        narrow = model[key] > 0
+        meas[key] = np.where(narrow, meas.get(base, 0.0), 0.0)
+        meas[base] = np.where(narrow, 0.0, meas.get(base, 0.0))
     rows = []
     for fam in sorted(model.columns):
         m = meas.get(fam, pd.Series(0.0, index=meas.index)).reindex(model.index).fillna(0.0)
@@ -133,6 +140,7 @@ def gemm_kernels(probe: pd.DataFrame, cases: pd.DataFrame, gpu_name: str = "h200
             continue
         c, _, _ = calls_from_frame(frame)
         fp32 = np.broadcast_to(np.asarray(c.fp32 | (backend == "math")), (len(frame),))
+        kind = np.broadcast_to(op_chain.gemm_class(c, fp32), (len(frame),))
         ops = [op for op in op_chain.chain_ops(c, backend) if op.kind == "gemm"]
         n = len(frame)
         each = lambda x, n=n: np.broadcast_to(x, (n,))  # noqa: E731
@@ -145,7 +153,7 @@ def gemm_kernels(probe: pd.DataFrame, cases: pd.DataFrame, gpu_name: str = "h200
             if len(present) != len(measured[cid]):
                 continue
             for j, us in zip(present, measured[cid], strict=True):
-                rows.append({"id": cid, "precision": "fp32" if fp32[i] else "16-bit", "role": ops[j].cls,
+                rows.append({"id": cid, "precision": kind[i], "role": ops[j].cls,
                              "us": us, "roofline_us": float(roof[j][i]), "k": float(red[j][i]),
                              "gemm_sn": bool(sn[j][i])})
     return pd.DataFrame(rows)

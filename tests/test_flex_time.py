@@ -88,8 +88,11 @@ def test_flex_kernels_reproduces_the_committed_rates():
     assert flex_time.FWD_SHARE == fwd.to_dict() and flex_time.BWD_SHARE == bwd.to_dict()
     base, spill, _ = fk.decode_fit(t)
     assert flex_time.DECODE_BASE_US == base and flex_time.DECODE_SPILL_US_PER_KB == spill
-    overhead, _ = fk.fit_overhead(fk.call_times(probe, cases))
-    assert flex_time.OVERHEAD_MS == overhead
+    host, overhead, _ = fk.fit_overhead(pd.concat([fk.call_times(probe, cases), fk.call_set_times()],
+                                                  ignore_index=True))
+    assert flex_time.HOST_MS == host and flex_time.OVERHEAD_MS == overhead
+    # a small backward waits for its host work, a forward hardly at all
+    assert host[(True, False)] > 0.7 and host[(True, True)] > 0.5 and host[(False, True)] < 0.1
 
 
 def test_decoding_blocks_follow_the_tile_registers():

@@ -208,11 +208,15 @@ BWD_SHARE = {"16-bit 64x128": 0.7477, "16-bit 64x64": 0.9106, "16-bit 64x64 wide
 DECODE_BASE_US = {False: (1.6, 0.05), True: (0.14, 0.132)}
 DECODE_SPILL_US_PER_KB = {False: 1.35, True: 1.58}
 DECODE_SPILLS_ABOVE_KB = {False: 80.0, True: 50.0}
-# the compiled call's cost beside its kernels per (backward, BlockMask built by the call: no causal, window or
-# document mask), added to the GPU time: the probes' call times (CUDA events) ran 0.1-0.9 ms longer than their
-# kernels, the most for a backward that builds its own BlockMask, and that is host speed too (the H200 host ran
-# a Python loop step in 32-58 ns between the three device calls). Fitted on the probes' call times
-OVERHEAD_MS = {(False, False): 0.11, (False, True): 0.26, (True, False): 0.24, (True, True): 0.65}
+# the compiled call's host work per (backward, BlockMask built by the call: no causal, window or document mask):
+# HOST_MS, the Python of the compiled backward (AOTAutograd's runtime wrappers, the autograd engine) while the GPU runs
+# the kernels it has launched, so the call ends at the later of the two; OVERHEAD_MS on top (the first launch, the
+# forward's Python, the sync). A small backward runs 0.8-1.2 ms whatever its kernels (20-60 us of them at 256-512
+# tokens, held-out sets 6-11 and the flex call sets); a forward has no floor to speak of. That is host speed too (the
+# H200 host ran a Python loop step in 32-58 ns between device calls). Fitted on the probes' call times and the flex
+# call sets (`python -m validation.timing.flex_kernels`)
+HOST_MS = {(False, False): 0.04, (False, True): 0.0, (True, False): 1.08, (True, True): 0.74}
+OVERHEAD_MS = {(False, False): 0.11, (False, True): 0.23, (True, False): 0.27, (True, True): 0.59}
 
 
 def decode_tile_bytes(c: Calls, block_m):
@@ -260,8 +264,13 @@ def gpu_ms(c: Calls, gpu: GPU):
 
 
 def time_ms(c: Calls, gpu: GPU):
-    """Predicted milliseconds of a flex_attention call: its GPU time plus the compiled call's overhead."""
-    mask = own_mask(c)
-    overhead = np.select([c.grad & mask, c.grad, mask], [OVERHEAD_MS[(True, True)], OVERHEAD_MS[(True, False)],
-                                                          OVERHEAD_MS[(False, True)]], OVERHEAD_MS[(False, False)])
-    return gpu_ms(c, gpu) + overhead
+    """Predicted milliseconds of a flex_attention call: the later of its GPU time and the compiled call's host work,
+    plus its overhead (HOST_MS, OVERHEAD_MS)."""
+    return host_bound_ms(gpu_ms(c, gpu), c, HOST_MS, OVERHEAD_MS)
+
+
+def host_bound_ms(gpu, c: Calls, host: dict, overhead: dict):
+    """max(GPU ms, host ms) + overhead ms, the last two per (backward, own BlockMask) of each call."""
+    keys = [(g, m) for g in (True, False) for m in (True, False)]
+    sel = [(c.grad == g) & (own_mask(c) == m) for g, m in keys]
+    return np.maximum(gpu, np.select(sel, [host[k] for k in keys])) + np.select(sel, [overhead[k] for k in keys])

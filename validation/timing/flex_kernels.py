@@ -14,8 +14,9 @@ median over its kernels of MIN_US or longer (shorter ones are launch latency). T
 64-key block against its tile's registers
 (flex_time.decode_tile_bytes): a least-squares line a + b·KB through the unspilled blocks and the median us per KB
 of the spilled ones, per precision, with flex_time.DECODE_SPILLS_ABOVE_KB between them (the cells either side
-printed). The compiled call's overhead per (backward, own BlockMask): the grid value that leaves the lowest median
-|error| of the probes' call times (CUDA events) against the model. Pure pandas + numpy.
+printed). The compiled call's host floor and overhead per (backward, own BlockMask), time = max(GPU, host) +
+overhead: the grid pair that leaves the lowest median |error| of the call times (CUDA events) of the probes and of
+the flex call sets (CALL_SETS) against the model. Pure pandas + numpy.
 """
 
 from __future__ import annotations
@@ -116,9 +117,13 @@ def decode_fit(t: pd.DataFrame) -> tuple[dict, dict, pd.DataFrame]:
     return base, spill, cells.sort_values(["precision", "tile_kb"]).round(1)
 
 
-OVERHEAD_GRID = np.round(np.arange(0.0, 1.5001, 0.01), 2)
+HOST_GRID = np.round(np.arange(0.0, 1.5001, 0.02), 2)
+OVERHEAD_GRID = np.round(np.arange(0.0, 0.6001, 0.01), 2)
 PROBES = (("validation/data/h200_flex_probe.csv", "validation/cases/h200_flex_probe.csv"),
           ("validation/data/h200_flex_probe2.csv", "validation/cases/h200_flex_probe2.csv"))
+# `validation run` sets of flex calls (their dropout rows left out: flex_attention has no dropout)
+CALL_SETS = ("validation/data/h200_flex_calls.csv", "validation/data/h200_flex_sweep.csv",
+             "validation/data/h200_flex_heldout.csv")
 
 
 def call_times(probe: pd.DataFrame, cases: pd.DataFrame) -> pd.DataFrame:
@@ -128,27 +133,41 @@ def call_times(probe: pd.DataFrame, cases: pd.DataFrame) -> pd.DataFrame:
     return cases.set_index("id").join(ms.rename("ms"), how="inner").reset_index()
 
 
-def fit_overhead(calls: pd.DataFrame, gpu_name: str = "h200") -> tuple[dict, float]:
-    """({(grad, own BlockMask): overhead ms}, median |error|): per group the grid value whose model
-    (flex_time.gpu_ms, from the fitted shares, plus the overhead) leaves the lowest median |relative error|."""
+def call_set_times(paths=CALL_SETS) -> pd.DataFrame:
+    """The flex calls of `validation run` outputs that ran, without dropout, with their measured ms."""
+    frames = []
+    for path in paths:
+        d = pd.read_csv(path, dtype=str, keep_default_na=False)
+        d = d[(d["backend"] == "flex") & (d["status"] == "ok") & (pd.to_numeric(d["dropout"]) == 0)]
+        frames.append(d.assign(ms=pd.to_numeric(d["measured_time_ms"])))
+    return pd.concat(frames, ignore_index=True)
+
+
+def fit_overhead(calls: pd.DataFrame, gpu_name: str = "h200") -> tuple[dict, dict, float]:
+    """({(grad, own BlockMask): host ms}, {...: overhead ms}, median |error|): per group the grid pair whose model
+    (max(flex_time.gpu_ms, from the fitted shares, host) + overhead) leaves the lowest median |relative error|."""
     from estimator.call import flex_time
     from estimator.call.table import calls_from_frame
     from estimator.hardware import get_gpu
 
+    calls = calls.reset_index(drop=True)
     c, _, _ = calls_from_frame(calls)
     n = len(calls)
     gpu_ms = np.broadcast_to(flex_time.gpu_ms(c, get_gpu(gpu_name)), (n,))
     grad, own = np.broadcast_to(c.grad, (n,)), np.broadcast_to(flex_time.own_mask(c), (n,))
     ms = calls["ms"].to_numpy(dtype=float)
-    overhead, errs = {}, []
+    host, overhead, errs = {}, {}, []
     for key in flex_time.OVERHEAD_MS:
         sel = (grad == key[0]) & (own == key[1])
         if not sel.any():
             continue
-        scores = [np.median(np.abs((gpu_ms[sel] + o) / ms[sel] - 1)) for o in OVERHEAD_GRID]
-        overhead[key] = float(OVERHEAD_GRID[int(np.argmin(scores))])
-        errs.append(np.abs((gpu_ms[sel] + overhead[key]) / ms[sel] - 1))
-    return overhead, float(np.median(np.concatenate(errs)))
+        g, m = gpu_ms[sel], ms[sel]
+        floor = np.maximum(g[None, :], HOST_GRID[:, None])  # (host, call)
+        scores = np.median(np.abs((floor[:, None, :] + OVERHEAD_GRID[None, :, None]) / m - 1), axis=-1)
+        i, j = np.unravel_index(int(np.argmin(scores)), scores.shape)
+        host[key], overhead[key] = float(HOST_GRID[i]), float(OVERHEAD_GRID[j])
+        errs.append(np.abs((np.maximum(g, host[key]) + overhead[key]) / m - 1))
+    return host, overhead, float(np.median(np.concatenate(errs)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     flex_time.BWD_SHARE.update(bwd)
     flex_time.DECODE_BASE_US.update(base)
     flex_time.DECODE_SPILL_US_PER_KB.update(spill)
-    overhead, err = fit_overhead(call_times(probe, cases))
+    host, overhead, err = fit_overhead(pd.concat([call_times(probe, cases), call_set_times()], ignore_index=True))
+    print("HOST_MS = {" + ", ".join(f"{k}: {v}" for k, v in host.items()) + "}")
     print("OVERHEAD_MS = {" + ", ".join(f"{k}: {v}" for k, v in overhead.items()) + "}"
           f"  # median |error| {err:.3f} on the fit's calls")
     return 0

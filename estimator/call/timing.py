@@ -18,7 +18,7 @@ time = max(GPU work, host dispatch, serial chain) + overhead, per (backend, mode
   - masked compute: the same for calls with an attn_mask on cuDNN or the efficient kernel. The efficient kernel
     runs its unmasked kernel (the term of its branch below or above) and adds a bias tile per score tile: this term
     is that addition, so a mask never makes its call cheaper. cuDNN runs another kernel for a bias (64-row tiles):
-    this term is its whole compute, and a masked 16-bit forward at head_dim > 128 on it is the masked compute times
+    this term is its whole compute, and a masked 16-bit call at head_dim > 128 on it is the masked compute times
     MASKED_WIDE_SLOWDOWN.
   - wide compute: the same for unmasked 16-bit calls with head_dim > 128 (those kernels run smaller tiles, and the
     efficient backward keeps dK/dV in global memory: a 16-bit efficient backward at head_dim 160 runs ~5x slower
@@ -86,7 +86,7 @@ from estimator.units import cdiv, round_up
 # follow four warm runs of the same call; 20 naive ms (~27 ms at cuDNN's rate) gave the lowest error over the fit
 # sets of the values tried (10, 20, 40, 80: 2.8% median on the long calls at 20, 3.4-3.5% at the others)
 POWER_CAP_AFTER_MS = 20.0
-# a masked forward (a dense bias tile per score tile) on cuDNN with 16-bit head_dim > 128 runs both slow paths at
+# a masked call (a dense bias tile per score tile) on cuDNN with 16-bit head_dim > 128 runs both slow paths at
 # once: the bias reads and the wide kernels' smaller tiles (module docstring, "wide compute"). The masked factors
 # were fitted on calls of head_dim <= 128 almost alone: the masked wide forwards >= 1 ms of the seven fit sets ran a
 # median 34% longer than priced, and whole 4-layer Gemma-2/3 prefills (sliding layers at head_dim 256 get a dense
@@ -94,7 +94,8 @@ POWER_CAP_AFTER_MS = 20.0
 # gave those calls the lowest median |error|). The efficient kernel's masked calls pay their wide term and the bias
 # on top (`time_terms`): priced at the masked rate alone, its masked backwards at head_dim 192-256 had come out
 # 4-5x below the measurement and below the same call without its mask (held-out sets 6, 10, 11: 285 ms measured,
-# 55 ms priced, 324 ms for the unmasked call).
+# 55 ms priced, 324 ms for the unmasked call). cuDNN's masked wide backwards pay the slowdown too: at the masked rate
+# alone the six of held-out sets 6-11 (head_dim 160-256, 1-147 ms) had run 26-46% longer than priced.
 MASKED_WIDE_SLOWDOWN = 1.5
 # cuDNN's Hopper forward with a bias (cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64:
 # 64 query rows a CTA) costs a CTA at least CUDNN_FWD_CTA_MS whatever its work: a call of many tiny attention problems
@@ -113,7 +114,7 @@ CTA_FLOOR_EVENT_MS = 0.01
 # exercises copies another)
 FIT_FACTORS = {
     ("cudnn", False): (0.724, 0.724, 0.434, 1.061, 0.48, 0.209, 1000.0, 0.975, 1.468, 1.822, 0.0, 0.0, 0.074),
-    ("cudnn", True): (0.913, 0.913, 0.406, 2.391, 1.021, 0.313, 1000.0, 0.578, 2.02, 2.777, 0.0, 0.0, 0.339),
+    ("cudnn", True): (1.0, 1.0, 0.46, 1.84, 0.866, 0.32, 1000.0, 0.592, 2.457, 2.762, 0.0, 0.0, 0.334),
     ("eager", False): (1.0, 1.0, 1.0, 1.0, 1000.0, 1.0, 1.0, 1.0, 1.0, 1000.0, 0.0209, 0.0, 0.076),
     ("eager", True): (1.0, 1.0, 1.0, 1.0, 1000.0, 1.0, 1.0, 1.0, 1.0, 1000.0, 0.0506, 0.0, 0.292),
     ("efficient", False): (0.769, 0.827, 3.233, 0.694, 0.118, 0.114, 1000.0, 0.235, 0.821, 1000.0, 0.0, 0.0, 0.073),
@@ -353,7 +354,7 @@ def time_terms(c: Calls, backend, executed, gpu: GPU):
     # call's time is its walk over the keys, not tensor-core work at the prefill's rate: its own factor
     short = ~apart & (c.L < _query_tile(c, backend))
     plain = ~(apart | c.fp32 | wide | short)
-    masked_wide = np.where(apart & ~c.fp32 & ~c.grad & (c.D > 128), MASKED_WIDE_SLOWDOWN, 1.0)
+    masked_wide = np.where(apart & ~c.fp32 & (c.D > 128), MASKED_WIDE_SLOWDOWN, 1.0)
     fused = [np.where(plain, comp, 0.0), np.where(~apart & c.fp32 & ~short, comp, 0.0),
              np.where(masked, comp * masked_wide, 0.0), mem, scores, drop]
     gemm, ew, cdrop = chain_terms(c, backend, gpu)

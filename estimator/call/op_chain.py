@@ -206,6 +206,7 @@ KERNEL_CLASS_BW_SHARE = {
     "softmax_fwd:block": 0.698, "softmax_fwd:block_long": 0.422, "softmax_fwd:reg": 0.406, "softmax_fwd:warp": 0.753,
 }
 ELEMENT_RATE_FAMILIES = ("broadcast", "copy", "reduce")
+SHARES_MEASURED_ON = "h200"  # the catalog GPU of the probe (timing.elementwise_bytes_per_ms scales to others)
 
 
 def share_key(op: Op, c: Calls):

@@ -78,7 +78,7 @@ from estimator.call import dq_chain, flex_time, op_chain, registry
 from estimator.call.flops import block_fraction
 from estimator.call.memory import flash_num_splits, flash_query_view
 from estimator.call.shapes import Calls
-from estimator.hardware import GPU
+from estimator.hardware import GPU, get_gpu
 from estimator.units import cdiv, round_up
 
 # naive-rate compute ms of one call after which the power-capped rate applies (the module docstring): from idle
@@ -294,13 +294,24 @@ def gemm_ms(op: op_chain.Op, c: Calls, fp32, gpu: GPU):
     return np.where(op_chain.runs_gemm_sn(op, c, fp32), np.maximum(t, c.S * op_chain.GEMM_SN_US_PER_K / 1e3), t)
 
 
+def elementwise_bytes_per_ms(op: op_chain.Op, c: Calls, gpu: GPU):
+    """The bytes a millisecond `op`'s kernels move on `gpu`. Its family's share (op_chain.KERNEL_CLASS_BW_SHARE) was
+    measured on the GPU op_chain.SHARES_MEASURED_ON: a family below the top share is bound by its SMs (instructions,
+    latency), not by HBM, so it keeps that GPU's bytes a second scaled by SM throughput (the fp32 peak: SMs x clock);
+    no family moves more than the top measured share of the GPU's own HBM bandwidth. On the H100 (3.35 TB/s, the
+    H200's SMs and clock) the dtype casts then run as on the H200 and the vectorized passes at 0.896 x 3.35 TB/s."""
+    ref = get_gpu(op_chain.SHARES_MEASURED_ON)
+    share = op_chain.bw_share(op, c)
+    sm_bound = share * ref.hbm_bytes_per_s * gpu.peak_flops_per_s["float32"] / ref.peak_flops_per_s["float32"]
+    return np.minimum(sm_bound, max(op_chain.KERNEL_CLASS_BW_SHARE.values()) * gpu.hbm_bytes_per_s) / 1e3
+
+
 def chain_terms(c: Calls, backend, gpu: GPU):
     """math's and eager's op chains (estimator/call/op_chain.py) priced kernel by kernel, in ms: (GEMMs, elementwise
-    bytes, dropout bytes). Each GEMM (bmm) at `gemm_ms`; every other kernel at its bytes over the share of HBM
-    bandwidth its kernel family reaches (op_chain.KERNEL_CLASS_BW_SHARE). math's GEMMs run at the fp32 peak (it
+    bytes, dropout bytes). Each GEMM (bmm) at `gemm_ms`; every other kernel at its bytes over the rate its kernel
+    family reaches (`elementwise_bytes_per_ms`). math's GEMMs run at the fp32 peak (it
     upcasts 16-bit inputs), eager's at its input dtype's. 0 for other backends."""
     backend = np.asarray(backend)
-    bw = gpu.hbm_bytes_per_s / 1e3
     out = [np.float64(0.0)] * 3
     for name in registry.OP_CHAIN:
         sel = backend == name
@@ -312,9 +323,9 @@ def chain_terms(c: Calls, backend, gpu: GPU):
             if op.kind == "gemm":
                 gemm = gemm + gemm_ms(op, c, fp32, gpu)
             elif op.kind == "dropout":
-                drop = drop + op.bytes / (bw * op_chain.bw_share(op, c))
+                drop = drop + op.bytes / elementwise_bytes_per_ms(op, c, gpu)
             else:
-                ew = ew + op.bytes / (bw * op_chain.bw_share(op, c))
+                ew = ew + op.bytes / elementwise_bytes_per_ms(op, c, gpu)
         new = (gemm, ew, drop)
         out = [np.where(sel, n, o) for n, o in zip(new, out, strict=True)]
     return out

@@ -643,3 +643,25 @@ def test_h200_call_time_on_held_out_set_8():
     _, cols, err, measured = _call_errors("h200_heldout8.csv")
     big = (measured >= 1.0) & (cols["selected_backend"] != "flex")
     assert big.sum() == 54 and float(np.median(np.abs(err[big]))) <= 0.102
+
+
+def test_h100_call_time_on_set_12():
+    """validation/data/h100_heldout12.csv: validation/cases/h200_heldout12.csv (400 random calls, seed 71, committed
+    before it was measured) ran on an H100 when an H200 was asked for. Priced for the H100 with the model fitted on
+    H200 sets: median |error| 11.8% on its 124 calls >= 1 ms with the model before this session's changes, 12.0% after
+    the H200 ones; the op chains' elementwise kernels then came out 10% slow, being priced at their H200 share of the
+    H100's lower bandwidth. With SM-bound families keeping their bytes a second (timing.elementwise_bytes_per_ms,
+    found on this set, so it is not held out for that change) 7.7%."""
+    import numpy as np
+
+    from estimator.call.attention import estimate_columns
+    from estimator.call.table import calls_from_frame
+
+    d = pd.read_csv(DATA / "h100_heldout12.csv", dtype=str, keep_default_na=False)
+    d = d[d.status == "ok"].reset_index(drop=True)
+    c, backend, _ = calls_from_frame(d)
+    cols = estimate_columns(c, backend, get_gpu("h100-sxm"))
+    measured = pd.to_numeric(d.measured_time_ms).to_numpy()
+    big = measured >= 1.0
+    err = np.abs(cols["time_ms"][big] / measured[big] - 1)
+    assert big.sum() == 124 and float(np.median(err)) <= 0.08

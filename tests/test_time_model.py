@@ -157,14 +157,14 @@ def test_h200_call_time_on_the_last_held_out_set():
     assert big.sum() >= 90 and float(pd.Series(err).median()) <= 0.11
 
 
-def _call_errors(name):
+def _call_errors(name, gpu="h200"):
     from estimator.call.attention import estimate_columns
     from estimator.call.table import calls_from_frame
 
     d = pd.read_csv(DATA / name, dtype=str, keep_default_na=False)
     d = d[(d.status == "ok") & ~((d.backend == "flex") & (pd.to_numeric(d.dropout) > 0))].reset_index(drop=True)
     c, backend, _ = calls_from_frame(d)
-    cols = estimate_columns(c, backend, get_gpu("h200"))
+    cols = estimate_columns(c, backend, get_gpu(gpu))
     measured = pd.to_numeric(d.measured_time_ms).to_numpy()
     return d, cols, cols["time_ms"] / measured - 1, measured
 
@@ -654,14 +654,6 @@ def test_h100_call_time_on_set_12():
     found on this set, so it is not held out for that change) 7.7%."""
     import numpy as np
 
-    from estimator.call.attention import estimate_columns
-    from estimator.call.table import calls_from_frame
-
-    d = pd.read_csv(DATA / "h100_heldout12.csv", dtype=str, keep_default_na=False)
-    d = d[d.status == "ok"].reset_index(drop=True)
-    c, backend, _ = calls_from_frame(d)
-    cols = estimate_columns(c, backend, get_gpu("h100-sxm"))
-    measured = pd.to_numeric(d.measured_time_ms).to_numpy()
+    _, _, err, measured = _call_errors("h100_heldout12.csv", gpu="h100-sxm")
     big = measured >= 1.0
-    err = np.abs(cols["time_ms"][big] / measured[big] - 1)
-    assert big.sum() == 124 and float(np.median(err)) <= 0.08
+    assert big.sum() == 124 and float(np.median(np.abs(err[big]))) <= 0.08

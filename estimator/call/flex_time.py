@@ -266,11 +266,7 @@ def gpu_ms(c: Calls, gpu: GPU):
 def time_ms(c: Calls, gpu: GPU):
     """Predicted milliseconds of a flex_attention call: the later of its GPU time and the compiled call's host work,
     plus its overhead (HOST_MS, OVERHEAD_MS)."""
-    return host_bound_ms(gpu_ms(c, gpu), c, HOST_MS, OVERHEAD_MS)
-
-
-def host_bound_ms(gpu, c: Calls, host: dict, overhead: dict):
-    """max(GPU ms, host ms) + overhead ms, the last two per (backward, own BlockMask) of each call."""
-    keys = [(g, m) for g in (True, False) for m in (True, False)]
-    sel = [(c.grad == g) & (own_mask(c) == m) for g, m in keys]
-    return np.maximum(gpu, np.select(sel, [host[k] for k in keys])) + np.select(sel, [overhead[k] for k in keys])
+    own = own_mask(c)
+    sel = [(c.grad == g) & (own == m) for g, m in OVERHEAD_MS]
+    host = np.select(sel, [HOST_MS[k] for k in OVERHEAD_MS])
+    return np.maximum(gpu_ms(c, gpu), host) + np.select(sel, list(OVERHEAD_MS.values()))

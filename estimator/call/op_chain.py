@@ -183,8 +183,9 @@ def eager_ops(c: Calls) -> list[Op]:
         Op("dK, dV summed over the group", "ew", g(gqa, 2), zero, b(np.where(gqa, 2 * (Ke + K) * es, 0)),
            cls="reduce"),
     ]
-    for op in ops:  # every op but the fp32 softmax and its casts works on elements of the input dtype
-        op.width = es if op.cls in ELEMENT_RATE_FAMILIES else 4
+    for op in ops:  # its masks, copies and reductions work on elements of the input dtype
+        if op.cls in ELEMENT_RATE_FAMILIES:
+            op.width = es
     return ops
 
 
@@ -198,7 +199,8 @@ def eager_ops(c: Calls) -> list[Op]:
 # The non-vectorized kernels (copy, broadcast, reduce: ELEMENT_RATE_FAMILIES) compute an offset per element of each
 # operand (TensorIterator's OffsetCalculator, one integer division per dimension): they are bound by elements a
 # second, not bytes, so on 16-bit elements (eager's scores in fp16/bf16, ":16-bit") they move about half the bytes
-# of the same kernel on fp32 (eager's masked_fill 0.298 of HBM bandwidth on 16-bit scores, 0.524 on fp32).
+# of the same kernels on fp32 elements (the broadcast family 0.298 of HBM bandwidth on eager's 16-bit scores, 0.575
+# on fp32 ones).
 KERNEL_CLASS_BW_SHARE = {
     "broadcast": 0.575, "broadcast:16-bit": 0.298, "cast": 0.429, "copy": 0.363, "copy:16-bit": 0.213,
     "reduce": 0.319, "reduce:16-bit": 0.171, "vec": 0.855, "dropout_fwd": 0.666, "dropout_bwd": 0.896,
@@ -206,6 +208,7 @@ KERNEL_CLASS_BW_SHARE = {
     "softmax_fwd:block": 0.698, "softmax_fwd:block_long": 0.422, "softmax_fwd:reg": 0.406, "softmax_fwd:warp": 0.753,
 }
 ELEMENT_RATE_FAMILIES = ("broadcast", "copy", "reduce")
+TOP_BW_SHARE = max(KERNEL_CLASS_BW_SHARE.values())  # the most of HBM any family reached: HBM-bound, not SM-bound
 SHARES_MEASURED_ON = "h200"  # the catalog GPU of the probe (timing.elementwise_bytes_per_ms scales to others)
 
 

@@ -95,8 +95,12 @@ POWER_CAP_AFTER_MS = 20.0
 # on top (`time_terms`): priced at the masked rate alone, its masked backwards at head_dim 192-256 had come out
 # 4-5x below the measurement and below the same call without its mask (held-out sets 6, 10, 11: 285 ms measured,
 # 55 ms priced, 324 ms for the unmasked call). cuDNN's masked wide backwards pay the slowdown too: at the masked rate
-# alone the six of held-out sets 6-11 (head_dim 160-256, 1-147 ms) had run 26-46% longer than priced.
+# alone the six of held-out sets 6-11 (head_dim 160-256, 1-147 ms) had run 26-46% longer than priced (`python -m
+# validation report` on each set with the model at commit 6e16f39).
 MASKED_WIDE_SLOWDOWN = 1.5
+# backends that run another kernel for a bias, whose masked term is the call's whole compute (`time_terms`); the
+# efficient kernel's is the bias added to its unmasked branch
+MASK_KERNEL_APART = ("cudnn",)
 # cuDNN's Hopper forward with a bias (cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64:
 # 64 query rows a CTA) costs a CTA at least CUDNN_FWD_CTA_MS whatever its work: a call of many tiny attention problems
 # (Swin's 7x7 windows: B·windows·heads problems of 49 queries and 49 keys, one CTA each) is a chain of
@@ -303,7 +307,7 @@ def elementwise_bytes_per_ms(op: op_chain.Op, c: Calls, gpu: GPU):
     ref = get_gpu(op_chain.SHARES_MEASURED_ON)
     share = op_chain.bw_share(op, c)
     sm_bound = share * ref.hbm_bytes_per_s * gpu.peak_flops_per_s["float32"] / ref.peak_flops_per_s["float32"]
-    return np.minimum(sm_bound, max(op_chain.KERNEL_CLASS_BW_SHARE.values()) * gpu.hbm_bytes_per_s) / 1e3
+    return np.minimum(sm_bound, op_chain.TOP_BW_SHARE * gpu.hbm_bytes_per_s) / 1e3
 
 
 def chain_terms(c: Calls, backend, gpu: GPU):
@@ -357,7 +361,7 @@ def time_terms(c: Calls, backend, executed, gpu: GPU):
     # a masked call on the efficient kernel runs its unmasked kernel's MMAs (the branches below) and adds a bias tile
     # per score tile: its masked term is that addition, so a mask never makes it cheaper. cuDNN's masked call runs
     # another kernel (its bias kernel's 64-row tiles, CUDNN_FWD_QUERY_ROWS): the masked term is its whole compute
-    apart = masked & (backend == "cudnn")
+    apart = masked & np.isin(backend, MASK_KERNEL_APART)
     # 16-bit kernels for head_dim > 128 run smaller tiles (FA2 and cuDNN) or keep dK/dV in global memory (the
     # efficient backward's kNeedsAccumGradK/V): their own rate
     wide = ~apart & ~c.fp32 & (c.D > 128)

@@ -1,4 +1,4 @@
-"""The masked cuDNN forward's per-CTA latency floor (estimator/call/timing.py CUDNN_FWD_CTA_MS): many tiny attention
+"""The masked cuDNN forward's per-CTA latency floor (estimator/call/cta_floor.py CUDNN_FWD_CTA_MS): many tiny attention
 problems (Swin's 7x7 windows) cost ceil(CTAs / SMs) waves of it, not their FLOPs."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from estimator.call.attention import estimate_call
 from estimator.call.config import AttentionCall
-from estimator.call.timing import CTA_FLOOR_EVENT_MS, CUDNN_FWD_CTA_MS
+from estimator.call.cta_floor import CTA_FLOOR_EVENT_MS, CUDNN_FWD_CTA_MS
 from estimator.hardware import get_gpu
 
 H200 = get_gpu("h200")

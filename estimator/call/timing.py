@@ -53,6 +53,8 @@ time = max(GPU work, host dispatch, serial chain) + overhead, per (backend, mode
 * serial chain = ms per step × the memory-efficient backward's serialized dQ accumulations
   (`dq_chain.dq_lock_steps`): with a short query over long keys its key-split CTAs take turns adding to the same dQ
   tile.
+* per-CTA floor (estimator/call/cta_floor.py): the call lasts at least one CTA's latency chain, whatever its work:
+  cuDNN's masked forward's waves of CTAs, and the efficient forward's walk of one CTA over all its keys (no split-KV).
 
 The fit factors, the ms per kernel and per step and the overhead per backend and mode are a least-squares fit of
 relative error over the H200 rows (torch 2.11) of the seven measured sets below (the seventh, h200_long_calls.csv:
@@ -74,7 +76,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from estimator.call import dq_chain, flex_time, op_chain, registry
+from estimator.call import cta_floor, dq_chain, flex_time, op_chain, registry
+from estimator.call.cta_floor import CTA_FLOOR_EVENT_MS
 from estimator.call.flops import block_fraction
 from estimator.call.memory import flash_num_splits, flash_query_view
 from estimator.call.shapes import Calls
@@ -101,17 +104,6 @@ MASKED_WIDE_SLOWDOWN = 1.5
 # backends that run another kernel for a bias, whose masked term is the call's whole compute (`time_terms`); the
 # efficient kernel's is the bias added to its unmasked branch
 MASK_KERNEL_APART = ("cudnn",)
-# cuDNN's Hopper forward with a bias (cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64:
-# 64 query rows a CTA) costs a CTA at least CUDNN_FWD_CTA_MS whatever its work: a call of many tiny attention problems
-# (Swin's 7x7 windows: B·windows·heads problems of 49 queries and 49 keys, one CTA each) is a chain of
-# ceil(CTAs / SMs) waves of that latency, not its FLOPs. 7.0 us is Swin-B's 24 window calls at 2240 px (198,400 CTAs,
-# 10.59 ms of cuDNN kernel in torch.profiler); it gives 2.64 ms for the 1120 px image (2.73 ms measured;
-# validation/data/h200_vision_parts_probe.jsonl). No forward of the call fit sets with >= 1,000 CTAs ran under it.
-CUDNN_FWD_CTA_MS = 0.007
-CUDNN_FWD_QUERY_ROWS = 64
-# the floor is kernel time; a timed call adds one launch between its CUDA events (~10 us). The floor bounds the whole
-# call from below rather than adding to the fitted terms, whose overhead_ms already holds part of small calls' latency
-CTA_FLOOR_EVENT_MS = 0.01
 # (flop_fit 16-bit, flop_fit fp32, masked_flop_fit, bw_fit, exp_fit, dropout_fit, gemm_fit, wide_flop_fit,
 # short_query_fit, power_cap_fit, host_ms_per_kernel, ms_per_dq_step, overhead_ms) per (backend, forward_backward):
 # the fit described in the module docstring (a factor 1000: the term came out free; a factor no row of the group
@@ -360,7 +352,8 @@ def time_terms(c: Calls, backend, executed, gpu: GPU):
     drop = np.where(c.has_dropout, rng * 1e3, 0.0)
     # a masked call on the efficient kernel runs its unmasked kernel's MMAs (the branches below) and adds a bias tile
     # per score tile: its masked term is that addition, so a mask never makes it cheaper. cuDNN's masked call runs
-    # another kernel (its bias kernel's 64-row tiles, CUDNN_FWD_QUERY_ROWS): the masked term is its whole compute
+    # another kernel (its bias kernel's 64-row tiles, cta_floor.CUDNN_FWD_QUERY_ROWS): the masked term is its whole
+    # compute
     apart = masked & np.isin(backend, MASK_KERNEL_APART)
     # 16-bit kernels for head_dim > 128 run smaller tiles (FA2 and cuDNN) or keep dK/dV in global memory (the
     # efficient backward's kNeedsAccumGradK/V): their own rate
@@ -386,16 +379,6 @@ def host_kernels(c: Calls, backend):
     """Kernels whose dispatch the host pays for before the GPU can finish: math's and eager's op chain; 0 for the
     fused backends (their one to few launches are in the overhead)."""
     return op_chain.kernel_count(c, backend)
-
-
-def cta_floor_ms(c: Calls, backend, sms: int):
-    """The masked cuDNN forward's per-CTA latency floor (CUDNN_FWD_CTA_MS a wave of CTAs); 0 for other backends, for
-    training calls (not measured there) and for unmasked calls (their CTAs ran 2.3-3.1 us a wave in
-    validation/data/h200_window_calls_heldout.csv: the 7 us is the bias path's)."""
-    ctas = c.B * c.Hq * cdiv(c.L, CUDNN_FWD_QUERY_ROWS)
-    waves = cdiv(ctas, sms).astype(np.float64) if hasattr(ctas, "astype") else float(cdiv(ctas, sms))
-    masked = c.mask_bool | c.mask_float
-    return np.where((np.asarray(backend) == "cudnn") & ~c.grad & masked, waves * CUDNN_FWD_CTA_MS, 0.0)
 
 
 def combine(gpu_ms, host_ms, serial_ms, overhead_ms, softmax_ms=0.0):
@@ -442,7 +425,7 @@ def time_ms(c: Calls, backend, executed, gpu: GPU):
     summed = np.sum(work, axis=-1) - np.where(group, work[..., EXP_TERM], 0.0)
     modelled = combine(summed, host * host_kernels(c, backend), step * dq_chain.dq_lock_steps(c, backend, gpu.sm_count),
                        overhead, softmax)
-    floor = cta_floor_ms(c, backend, gpu.sm_count)
+    floor = cta_floor.floor_ms(c, backend, gpu.sm_count)
     out = np.where(floor > 0, np.maximum(modelled, floor + CTA_FLOOR_EVENT_MS), modelled)
     if np.any(backend == "flex"):  # a column of backends: flex's rows as above
         out = np.where(backend == "flex", flex_time.time_ms(c, gpu), out)

@@ -154,7 +154,7 @@ def _bias_call_ms(call: AttentionCall, est, gpu, base) -> float:
     """What the window call costs beyond the unmasked call the stage's encoder budget prices: transformers 5.17
     SwinSelfAttention.forward hands SDPA the relative-position bias (plus the shift mask) as a float
     `attn_mask`, so the kernel reads a bias, and cuDNN's masked forward runs one CTA per (batch·window, head)
-    problem at its per-CTA floor (estimator/call/timing.py `cta_floor_ms`). Same backend, same shape, the mask
+    problem at its per-CTA floor (estimator/call/cta_floor.py `cudnn_masked_ms`). Same backend, same shape, the mask
     the only difference; 0 where either call has no time."""
     if not est.supported or est.time_ms is None:
         return 0.0

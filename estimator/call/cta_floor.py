@@ -1,0 +1,74 @@
+"""Per-CTA latency floors: calls whose time is how long one CTA takes, not how much work the GPU does.
+
+* cuDNN's masked Hopper forward (cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64: 64 query
+  rows a CTA) costs a CTA at least CUDNN_FWD_CTA_MS whatever its work: a call of many tiny attention problems (Swin's
+  7x7 windows: B·windows·heads problems of 49 queries and 49 keys, one CTA each) is a chain of ceil(CTAs / SMs) waves
+  of that latency, not its FLOPs. 7.0 us is Swin-B's 24 window calls at 2240 px (198,400 CTAs, 10.59 ms of cuDNN
+  kernel in torch.profiler); it gives 2.64 ms for the 1120 px image (2.73 ms measured;
+  validation/data/h200_vision_parts_probe.jsonl). No forward of the call fit sets with >= 1,000 CTAs ran under it.
+* The memory-efficient (CUTLASS) forward has no split over the keys: each CTA (kQueriesPerBlock query rows of one
+  batch and head) walks every key block of its row in turn (mem_eff_attention/kernel_forward.h, the loop over
+  iter_key_start). A decode-shaped call of a few (batch, head) pairs is one CTA's walk: ceil(keys / kKeysPerBlock)
+  iterations of a latency the SM's tensor cores do not set. Measured per kernel in
+  validation/data/h200_eff_decode_probe.csv (`python -m validation.timing.key_walk`): 16-bit 4.3 us a 128-key block on
+  the 64x128 kernel whether 4 or 128 CTAs run and whether 1 or 64 queries; fp32 about 3x that. The walk bounds the
+  call from below on every GPU; its latencies are sm90's (H200; an H100 held-out call, random71-0000, ran 2.46 ms
+  against 2.52 ms of walk), used as they are elsewhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from estimator.call.shapes import Calls
+from estimator.units import cdiv
+
+CUDNN_FWD_CTA_MS = 0.007
+CUDNN_FWD_QUERY_ROWS = 64
+# the floor is kernel time; a timed call adds one launch between its CUDA events (~10 us). The floor bounds the whole
+# call from below rather than adding to the fitted terms, whose overhead_ms already holds part of small calls' latency
+CTA_FLOOR_EVENT_MS = 0.01
+
+# the efficient forward's kernels (kernel_forward.h dispatch on max(head_dim, head_dim_value)): 0 to 64
+# fmha_cutlassF_*_64x64_rf, 1 to 128 *_64x128_rf, 2 above *_32x128_gmem; their kKeysPerBlock
+WALK_KEY_BLOCK = {0: 64, 1: 128, 2: 128}
+# microseconds one CTA spends on one key block, per (fp32, kernel class), unmasked; and what a bias tile adds per 64
+# keys, per fp32 (`python -m validation.timing.key_walk` prints both from the probe)
+WALK_BLOCK_US = {(False, 0): 2.54, (False, 1): 4.34, (False, 2): 6.16, (True, 0): 6.6, (True, 1): 12.3,
+                 (True, 2): 19.66}
+WALK_MASK_US_PER_64 = {False: 0.5, True: 0.42}
+
+
+def walk_kernel_class(c: Calls):
+    """The efficient forward kernel's class (WALK_KEY_BLOCK's keys) of each call."""
+    d = np.maximum(c.D, c.Dv)
+    return np.where(d <= 64, 0, np.where(d <= 128, 1, 2))
+
+
+def efficient_walk_ms(c: Calls, backend):
+    """One efficient-forward CTA's walk over its keys (all of them; with is_causal, SDPA's top-left alignment, at most
+    the query length), in ms; 0 for other backends and for training calls (whose backward is priced whole)."""
+    cls = walk_kernel_class(c)
+    keys = np.where(c.causal, np.minimum(c.S, c.L), c.S)
+    blocks = cdiv(keys, np.select([cls == k for k in WALK_KEY_BLOCK], list(WALK_KEY_BLOCK.values())))
+    us = np.select([(c.fp32 == f) & (cls == k) for f, k in WALK_BLOCK_US], list(WALK_BLOCK_US.values()))
+    per_64 = np.select([cls == k for k in WALK_KEY_BLOCK], [b / 64 for b in WALK_KEY_BLOCK.values()])
+    mask_us = np.where(c.fp32, WALK_MASK_US_PER_64[True], WALK_MASK_US_PER_64[False]) * per_64
+    us = us + np.where(c.mask_bool | c.mask_float, mask_us, 0.0)
+    return np.where((np.asarray(backend) == "efficient") & ~c.grad, blocks * us / 1e3, 0.0)
+
+
+def cudnn_masked_ms(c: Calls, backend, sms: int):
+    """The masked cuDNN forward's waves of CUDNN_FWD_CTA_MS; 0 for other backends, for training calls (not measured
+    there) and for unmasked calls (their CTAs ran 2.3-3.1 us a wave in validation/data/h200_window_calls_heldout.csv:
+    the 7 us is the bias path's)."""
+    ctas = c.B * c.Hq * cdiv(c.L, CUDNN_FWD_QUERY_ROWS)
+    waves = cdiv(ctas, sms).astype(np.float64) if hasattr(ctas, "astype") else float(cdiv(ctas, sms))
+    masked = c.mask_bool | c.mask_float
+    return np.where((np.asarray(backend) == "cudnn") & ~c.grad & masked, waves * CUDNN_FWD_CTA_MS, 0.0)
+
+
+def floor_ms(c: Calls, backend, sms: int):
+    """The call's per-CTA floor in kernel ms (0 where none applies); `timing.time_ms` bounds the call by it plus
+    CTA_FLOOR_EVENT_MS."""
+    return np.maximum(cudnn_masked_ms(c, backend, sms), efficient_walk_ms(c, backend))

@@ -1,0 +1,75 @@
+"""The memory-efficient forward's per-CTA key walk (estimator/call/cta_floor.py WALK_BLOCK_US, WALK_MASK_US_PER_64),
+from per-kernel durations of decode-shaped forwards.
+
+    python -m validation.timing.key_walk [validation/data/h200_eff_decode_probe.csv]
+
+The probe (`python -m validation.timing.kernel_probe`, validation/cases/h200_eff_decode_probe.csv) timed the kernels
+of 24 efficient calls of 1-64 queries over 4k-131k keys on 4-128 (batch, head) pairs: one CTA each, fewer than the
+SMs, so each `fmha_cutlassF_*` kernel's time is one CTA's walk over the keys. Per call, its microseconds over the
+kernel's key blocks are the block's latency; the median per (fp32, kernel class) over the unmasked calls without
+dropout is WALK_BLOCK_US, and the median of the masked calls' extra time per 64 keys (over the same class's unmasked
+median) is WALK_MASK_US_PER_64. Pure pandas + numpy.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pandas as pd
+
+
+def block_us(probe: pd.DataFrame, cases: pd.DataFrame) -> pd.DataFrame:
+    """Per call: fp32, kernel class, mask, dropout, the forward kernel's name and us, and us per key block."""
+    from estimator.call import cta_floor
+    from estimator.call.table import calls_from_frame
+    from estimator.units import cdiv
+
+    k = probe[probe["error"].isna() & probe["kernel"].str.contains("fmha_cutlassF")].copy()
+    k["duration_us"] = pd.to_numeric(k["duration_us"])
+    us = k.groupby("id").agg(kernel=("kernel", "first"), us=("duration_us", "sum"))
+    frame = cases[cases["id"].isin(us.index)].reset_index(drop=True)
+    c, _, _ = calls_from_frame(frame)
+    n = len(frame)
+    cls = np.broadcast_to(cta_floor.walk_kernel_class(c), (n,))
+    block = np.array([cta_floor.WALK_KEY_BLOCK[int(v)] for v in cls])
+    out = pd.DataFrame({"id": frame["id"], "fp32": np.broadcast_to(c.fp32, (n,)), "kernel_class": cls,
+                        "masked": frame["mask"] != "none", "dropout": pd.to_numeric(frame["dropout"]) > 0,
+                        "blocks": cdiv(pd.to_numeric(frame["kv_len"]).to_numpy(), block), "key_block": block})
+    out = out.join(us, on="id")
+    out["us_per_block"] = out["us"] / out["blocks"]
+    out["kernel"] = out["kernel"].str.extract(r"fmha_cutlassF_(\w+?)_sm80")[0]
+    return out
+
+
+def constants(t: pd.DataFrame) -> tuple[dict, dict]:
+    """(WALK_BLOCK_US, WALK_MASK_US_PER_64) as cta_floor.py holds them."""
+    plain = t[~t["masked"] & ~t["dropout"]]
+    med = plain.groupby(["fp32", "kernel_class"])["us_per_block"].median()
+    base = {(bool(f), int(k)): round(float(v), 2) for (f, k), v in med.items()}
+    m = t[t["masked"] & ~t["dropout"]].copy()
+    m["extra_per_64"] = [(u - base[(bool(f), int(k))]) * 64 / b
+                         for u, f, k, b in zip(m["us_per_block"], m["fp32"], m["kernel_class"], m["key_block"],
+                                               strict=True)]
+    mask = {bool(f): round(float(v), 2) for f, v in m.groupby("fp32")["extra_per_64"].median().items()}
+    return base, mask
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m validation.timing.key_walk", description=__doc__.splitlines()[0])
+    parser.add_argument("probe", nargs="?", default="validation/data/h200_eff_decode_probe.csv")
+    parser.add_argument("--cases", default="validation/cases/h200_eff_decode_probe.csv")
+    args = parser.parse_args(argv)
+    from validation.timing.kernel_classes import load
+
+    t = block_us(*load(args.probe, args.cases))
+    print(t[["id", "fp32", "kernel_class", "masked", "dropout", "kernel", "blocks", "us", "us_per_block"]]
+          .round(2).to_string(index=False))
+    base, mask = constants(t)
+    print(f"WALK_BLOCK_US = {base}")
+    print(f"WALK_MASK_US_PER_64 = {mask}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

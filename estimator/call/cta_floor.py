@@ -10,8 +10,8 @@
   batch and head) walks every key block of its row in turn (mem_eff_attention/kernel_forward.h, the loop over
   iter_key_start). A decode-shaped call of a few (batch, head) pairs is one CTA's walk: ceil(keys / kKeysPerBlock)
   iterations of a latency the SM's tensor cores do not set. Measured per kernel in
-  validation/data/h200_eff_decode_probe.csv (`python -m validation.timing.key_walk`): 16-bit 4.3 us a 128-key block on
-  the 64x128 kernel whether 4 or 128 CTAs run and whether 1 or 64 queries; fp32 about 3x that. The walk bounds the
+  validation/data/h200_eff_decode_probe.csv (`python -m validation.timing.key_walk`): 16-bit 4.1-4.5 us a 128-key block
+  on the 64x128 kernel whether 4 or 128 CTAs run and whether 1 or 64 queries; fp32 about 3x that. The walk bounds the
   call from below on every GPU; its latencies are sm90's (H200; an H100 held-out call, random71-0000, ran 2.46 ms
   against 2.52 ms of walk), used as they are elsewhere.
 """
@@ -32,11 +32,12 @@ CTA_FLOOR_EVENT_MS = 0.01
 # the efficient forward's kernels (kernel_forward.h dispatch on max(head_dim, head_dim_value)): 0 to 64
 # fmha_cutlassF_*_64x64_rf, 1 to 128 *_64x128_rf, 2 above *_32x128_gmem; their kKeysPerBlock
 WALK_KEY_BLOCK = {0: 64, 1: 128, 2: 128}
-# microseconds one CTA spends on one key block, per (fp32, kernel class), unmasked; and what a bias tile adds per 64
-# keys, per fp32 (`python -m validation.timing.key_walk` prints both from the probe)
-WALK_BLOCK_US = {(False, 0): 2.54, (False, 1): 4.34, (False, 2): 6.16, (True, 0): 6.6, (True, 1): 12.3,
-                 (True, 2): 19.66}
-WALK_MASK_US_PER_64 = {False: 0.5, True: 0.42}
+# microseconds one CTA spends on one key block, per (fp32, kernel class), unmasked, as (intercept, per head_dim
+# element): a block loads head_dim-wide key and value rows; and what a bias tile adds per 64 keys, per fp32
+# (`python -m validation.timing.key_walk` prints both from the probe)
+WALK_BLOCK_US = {(False, 0): (2.275, 0.0055), (False, 1): (3.821, 0.0039), (False, 2): (4.702, 0.007),
+                 (True, 0): (5.422, 0.0246), (True, 1): (8.726, 0.0283), (True, 2): (14.2, 0.0263)}
+WALK_MASK_US_PER_64 = {False: 0.51, True: 0.39}
 
 
 def walk_kernel_class(c: Calls):
@@ -51,7 +52,9 @@ def efficient_walk_ms(c: Calls, backend):
     cls = walk_kernel_class(c)
     keys = np.where(c.causal, np.minimum(c.S, c.L), c.S)
     blocks = cdiv(keys, np.select([cls == k for k in WALK_KEY_BLOCK], list(WALK_KEY_BLOCK.values())))
-    us = np.select([(c.fp32 == f) & (cls == k) for f, k in WALK_BLOCK_US], list(WALK_BLOCK_US.values()))
+    pick = [(c.fp32 == f) & (cls == k) for f, k in WALK_BLOCK_US]
+    us = np.select(pick, [a for a, _ in WALK_BLOCK_US.values()]) \
+        + np.select(pick, [b for _, b in WALK_BLOCK_US.values()]) * np.maximum(c.D, c.Dv)
     per_64 = np.select([cls == k for k in WALK_KEY_BLOCK], [b / 64 for b in WALK_KEY_BLOCK.values()])
     mask_us = np.where(c.fp32, WALK_MASK_US_PER_64[True], WALK_MASK_US_PER_64[False]) * per_64
     us = us + np.where(c.mask_bool | c.mask_float, mask_us, 0.0)

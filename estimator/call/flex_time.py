@@ -215,8 +215,8 @@ DECODE_SPILLS_ABOVE_KB = {False: 80.0, True: 50.0}
 # tokens, held-out sets 6-11 and the flex call sets); a forward has no floor to speak of. That is host speed too (the
 # H200 host ran a Python loop step in 32-58 ns between device calls). Fitted on the probes' call times and the flex
 # call sets (`python -m validation.timing.flex_kernels`)
-HOST_MS = {(False, False): 0.04, (False, True): 0.0, (True, False): 1.08, (True, True): 0.74}
-OVERHEAD_MS = {(False, False): 0.11, (False, True): 0.23, (True, False): 0.27, (True, True): 0.59}
+HOST_MS = {(False, False): 0.04, (False, True): 0.0, (True, False): 1.08, (True, True): 0.92}
+OVERHEAD_MS = {(False, False): 0.11, (False, True): 0.23, (True, False): 0.27, (True, True): 0.43}
 
 
 def decode_tile_bytes(c: Calls, block_m):
@@ -260,7 +260,18 @@ def gpu_ms(c: Calls, gpu: GPU):
     backward = (bwd / (peak * bshare) + 2 * scores / (exp_rate * EXP_SHARE["bwd"])) * \
         backward_schedule(c, gpu.sm_count, parts)
     preprocess = 2.0 * c.B * c.Hq * c.L * c.Dv * c.es / (gpu.hbm_bytes_per_s / 1e3)
-    return np.where(decodes(c), decoding, prefill) + np.where(c.grad, backward + preprocess, 0.0)
+    return np.where(decodes(c), decoding, prefill) + np.where(c.grad, backward + preprocess + kv_pass_ms(c, gpu), 0.0)
+
+
+def kv_pass_ms(c: Calls, gpu: GPU):
+    """The backward's pass over k and v where its query is shorter than a dQ tile (BLOCK_N1 rows): each dK/dV
+    program holds one query tile, so it is bound by the bytes it moves (its k and v block read, dK and dV written;
+    the dQ programs read k and v once more), not by its dots; and the grid puts a (batch, kv head)'s dK/dV programs
+    before its dQ programs (program_id 0: the key blocks first), so that pass runs before the dQ programs' walk over
+    the keys rather than beside it. 0 for longer queries, whose dots bound their programs."""
+    _, n1 = backward_config(c)
+    kv = c.B * c.Hk * c.S * (c.D + c.Dv) * c.es
+    return np.where(c.L < n1, 3.0 * kv / (gpu.hbm_bytes_per_s / 1e3), 0.0)
 
 
 def time_ms(c: Calls, gpu: GPU):

@@ -17,16 +17,21 @@ import numpy as np
 import pandas as pd
 
 
+def kernel_us(probe: pd.DataFrame, cases: pd.DataFrame, prefix: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per call id: its first kernel named `prefix`* and the us of all of them, the cases that ran one)."""
+    k = probe[probe["error"].isna() & probe["kernel"].str.contains(prefix)].copy()
+    k["duration_us"] = pd.to_numeric(k["duration_us"])
+    us = k.groupby("id").agg(kernel=("kernel", "first"), us=("duration_us", "sum"))
+    return us, cases[cases["id"].isin(us.index)].reset_index(drop=True)
+
+
 def step_us(probe: pd.DataFrame, cases: pd.DataFrame, gpu_name: str = "h200") -> pd.DataFrame:
     """Per call: its kernel class, the backward kernel's name and us, and us per (unweighted) lock step."""
     from estimator.call import dq_chain
     from estimator.call.table import calls_from_frame
     from estimator.hardware import get_gpu
 
-    k = probe[probe["error"].isna() & probe["kernel"].str.contains("fmha_cutlassB")].copy()
-    k["duration_us"] = pd.to_numeric(k["duration_us"])
-    us = k.groupby("id").agg(kernel=("kernel", "first"), us=("duration_us", "sum"))
-    frame = cases[cases["id"].isin(us.index)].reset_index(drop=True)
+    us, frame = kernel_us(probe, cases, "fmha_cutlassB")
     c, _, _ = calls_from_frame(frame)
     n = len(frame)
     fp32 = np.broadcast_to(c.fp32, (n,))
@@ -44,14 +49,19 @@ def weights(t: pd.DataFrame) -> dict:
     return {(bool(f), int(k)): round(float(v / med[(False, 0)]), 2) for (f, k), v in med.items()}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m validation.timing.dq_steps", description=__doc__.splitlines()[0])
+def load_eff_decode_probe(prog: str, description: str, argv: list[str] | None):
+    """(probe rows, cases) of the efficient decode probe, or of the probe and cases named on the command line."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("probe", nargs="?", default="validation/data/h200_eff_decode_probe.csv")
     parser.add_argument("--cases", default="validation/cases/h200_eff_decode_probe.csv")
     args = parser.parse_args(argv)
     from validation.timing.kernel_classes import load
 
-    t = step_us(*load(args.probe, args.cases))
+    return load(args.probe, args.cases)
+
+
+def main(argv: list[str] | None = None) -> int:
+    t = step_us(*load_eff_decode_probe("python -m validation.timing.dq_steps", __doc__.splitlines()[0], argv))
     print(t[["id", "fp32", "head_dim_class", "kernel", "steps", "us", "us_per_step"]].round(2).to_string(index=False))
     print(f"DQ_STEP_WEIGHT = {weights(t)}")
     return 0

@@ -13,8 +13,6 @@ the masked calls' extra time per 64 keys (over that line) is WALK_MASK_US_PER_64
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 import pandas as pd
 
@@ -24,11 +22,9 @@ def block_us(probe: pd.DataFrame, cases: pd.DataFrame) -> pd.DataFrame:
     from estimator.call import cta_floor
     from estimator.call.table import calls_from_frame
     from estimator.units import cdiv
+    from validation.timing.dq_steps import kernel_us
 
-    k = probe[probe["error"].isna() & probe["kernel"].str.contains("fmha_cutlassF")].copy()
-    k["duration_us"] = pd.to_numeric(k["duration_us"])
-    us = k.groupby("id").agg(kernel=("kernel", "first"), us=("duration_us", "sum"))
-    frame = cases[cases["id"].isin(us.index)].reset_index(drop=True)
+    us, frame = kernel_us(probe, cases, "fmha_cutlassF")
     c, _, _ = calls_from_frame(frame)
     n = len(frame)
     cls = np.broadcast_to(cta_floor.walk_kernel_class(c), (n,))
@@ -59,13 +55,9 @@ def constants(t: pd.DataFrame) -> tuple[dict, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m validation.timing.key_walk", description=__doc__.splitlines()[0])
-    parser.add_argument("probe", nargs="?", default="validation/data/h200_eff_decode_probe.csv")
-    parser.add_argument("--cases", default="validation/cases/h200_eff_decode_probe.csv")
-    args = parser.parse_args(argv)
-    from validation.timing.kernel_classes import load
+    from validation.timing.dq_steps import load_eff_decode_probe
 
-    t = block_us(*load(args.probe, args.cases))
+    t = block_us(*load_eff_decode_probe("python -m validation.timing.key_walk", __doc__.splitlines()[0], argv))
     print(t[["id", "fp32", "kernel_class", "head_dim", "masked", "dropout", "kernel", "blocks", "us", "us_per_block"]]
           .round(2).to_string(index=False))
     base, mask = constants(t)

@@ -173,3 +173,20 @@ def test_decoding_partials_are_in_the_forward_peak():
     row = d[(d.backend == "flex") & (d.dtype == "float32") & (d.q_len == 2) & (d.kv_len == 16384) & (d.batch == 8)]
     measured = float(row.measured_peak_extra_bytes.iloc[0])
     assert abs(est.peak_extra_bytes - measured) <= max(0.03 * measured, 2 * 2**20)
+
+
+def test_a_short_query_backward_pays_its_pass_over_k_and_v():
+    """flex_time.kv_pass_ms: a query shorter than a dQ tile leaves each dK/dV program one query tile, bound by its
+    k and v read and dK and dV written (plus the dQ programs' read): 3x the k and v bytes at HBM bandwidth, in
+    series with the dQ walk; none for a forward or a query of a full tile."""
+    short = _calls(batch=8, q_heads=16, kv_heads=16, head_dim=96, q_len=2, kv_len=131072, mode="forward_backward")
+    kv = 8 * 16 * 131072 * (96 + 96) * 2
+    assert float(flex_time.kv_pass_ms(short, H200)) == 3 * kv / (H200.hbm_bytes_per_s / 1e3)
+    fwd = _calls(batch=8, q_heads=16, kv_heads=16, head_dim=96, q_len=2, kv_len=131072)
+    assert float(flex_time.gpu_ms(short, H200) - flex_time.gpu_ms(fwd, H200)) > float(flex_time.kv_pass_ms(short, H200))
+    assert float(flex_time.kv_pass_ms(_calls(q_len=128, kv_len=131072, mode="forward_backward"), H200)) == 0.0
+    # held-out set 7's random31-0036 (this shape, float16) ran 16.9 ms: priced 10.0 ms without the pass
+    d = pd.read_csv(DATA / "h200_heldout7.csv", dtype=str, keep_default_na=False)
+    c, _, _ = calls_from_frame(d[d.id == "random31-0036"].reset_index(drop=True))
+    measured = float(d.loc[d.id == "random31-0036", "measured_time_ms"].iloc[0])
+    assert abs(float(flex_time.time_ms(c, H200)[0]) / measured - 1) < 0.25

@@ -13,13 +13,14 @@
   validation/data/h200_eff_decode_probe.csv (`python -m validation.timing.key_walk`): 16-bit 4.1-4.5 us a 128-key block
   on the 64x128 kernel whether 4 or 128 CTAs run and whether 1 or 64 queries; fp32 about 3x that. The walk bounds the
   call from below on every GPU; its latencies are sm90's (H200; an H100 held-out call, random71-0000, ran 2.46 ms
-  against 2.52 ms of walk), used as they are elsewhere.
+  against 2.46 ms of walk), used as they are elsewhere.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from estimator.call.dq_chain import efficient_kernel_class
 from estimator.call.shapes import Calls
 from estimator.units import cdiv
 
@@ -29,8 +30,8 @@ CUDNN_FWD_QUERY_ROWS = 64
 # call from below rather than adding to the fitted terms, whose overhead_ms already holds part of small calls' latency
 CTA_FLOOR_EVENT_MS = 0.01
 
-# the efficient forward's kernels (kernel_forward.h dispatch on max(head_dim, head_dim_value)): 0 to 64
-# fmha_cutlassF_*_64x64_rf, 1 to 128 *_64x128_rf, 2 above *_32x128_gmem; their kKeysPerBlock
+# the efficient forward's kernels per `dq_chain.efficient_kernel_class`: 0 fmha_cutlassF_*_64x64_rf,
+# 1 *_64x128_rf, 2 *_32x128_gmem; their kKeysPerBlock
 WALK_KEY_BLOCK = {0: 64, 1: 128, 2: 128}
 # microseconds one CTA spends on one key block, per (fp32, kernel class), unmasked, as (intercept, per head_dim
 # element): a block loads head_dim-wide key and value rows; and what a bias tile adds per 64 keys, per fp32
@@ -40,23 +41,16 @@ WALK_BLOCK_US = {(False, 0): (2.275, 0.0055), (False, 1): (3.821, 0.0039), (Fals
 WALK_MASK_US_PER_64 = {False: 0.51, True: 0.39}
 
 
-def walk_kernel_class(c: Calls):
-    """The efficient forward kernel's class (WALK_KEY_BLOCK's keys) of each call."""
-    d = np.maximum(c.D, c.Dv)
-    return np.where(d <= 64, 0, np.where(d <= 128, 1, 2))
-
-
 def efficient_walk_ms(c: Calls, backend):
     """One efficient-forward CTA's walk over its keys (all of them; with is_causal, SDPA's top-left alignment, at most
     the query length), in ms; 0 for other backends and for training calls (whose backward is priced whole)."""
-    cls = walk_kernel_class(c)
-    keys = np.where(c.causal, np.minimum(c.S, c.L), c.S)
-    blocks = cdiv(keys, np.select([cls == k for k in WALK_KEY_BLOCK], list(WALK_KEY_BLOCK.values())))
+    cls = efficient_kernel_class(c)
+    block = np.select([cls == k for k in WALK_KEY_BLOCK], list(WALK_KEY_BLOCK.values()))
+    blocks = cdiv(np.where(c.causal, np.minimum(c.S, c.L), c.S), block)
     pick = [(c.fp32 == f) & (cls == k) for f, k in WALK_BLOCK_US]
     us = np.select(pick, [a for a, _ in WALK_BLOCK_US.values()]) \
         + np.select(pick, [b for _, b in WALK_BLOCK_US.values()]) * np.maximum(c.D, c.Dv)
-    per_64 = np.select([cls == k for k in WALK_KEY_BLOCK], [b / 64 for b in WALK_KEY_BLOCK.values()])
-    mask_us = np.where(c.fp32, WALK_MASK_US_PER_64[True], WALK_MASK_US_PER_64[False]) * per_64
+    mask_us = np.where(c.fp32, WALK_MASK_US_PER_64[True], WALK_MASK_US_PER_64[False]) * block / 64
     us = us + np.where(c.mask_bool | c.mask_float, mask_us, 0.0)
     return np.where((np.asarray(backend) == "efficient") & ~c.grad, blocks * us / 1e3, 0.0)
 

@@ -17,25 +17,18 @@ import numpy as np
 import pandas as pd
 
 
-def kernel_us(probe: pd.DataFrame, cases: pd.DataFrame, prefix: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per call id: its first kernel named `prefix`* and the us of all of them, the cases that ran one)."""
-    k = probe[probe["error"].isna() & probe["kernel"].str.contains(prefix)].copy()
-    k["duration_us"] = pd.to_numeric(k["duration_us"])
-    us = k.groupby("id").agg(kernel=("kernel", "first"), us=("duration_us", "sum"))
-    return us, cases[cases["id"].isin(us.index)].reset_index(drop=True)
-
-
 def step_us(probe: pd.DataFrame, cases: pd.DataFrame, gpu_name: str = "h200") -> pd.DataFrame:
     """Per call: its kernel class, the backward kernel's name and us, and us per (unweighted) lock step."""
     from estimator.call import dq_chain
     from estimator.call.table import calls_from_frame
     from estimator.hardware import get_gpu
+    from validation.timing.kernel_classes import kernel_us
 
     us, frame = kernel_us(probe, cases, "fmha_cutlassB")
     c, _, _ = calls_from_frame(frame)
     n = len(frame)
     fp32 = np.broadcast_to(c.fp32, (n,))
-    cls = np.broadcast_to(dq_chain.dq_kernel_class(c), (n,))
+    cls = np.broadcast_to(dq_chain.efficient_kernel_class(c), (n,))
     steps = np.broadcast_to(dq_chain.dq_chain_steps(c, get_gpu(gpu_name).sm_count)[0], (n,))
     out = pd.DataFrame({"id": frame["id"], "fp32": fp32, "head_dim_class": cls, "steps": steps})
     out = out.join(us, on="id")

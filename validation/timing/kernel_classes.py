@@ -65,6 +65,14 @@ def load(probe_path, cases_path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return probe, pd.read_csv(cases_path, dtype=str, keep_default_na=False)
 
 
+def kernel_us(probe: pd.DataFrame, cases: pd.DataFrame, prefix: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per call id: its first kernel named `prefix`* and the us of all of them, the cases that ran one)."""
+    k = probe[probe["error"].isna() & probe["kernel"].str.contains(prefix)].copy()
+    k["duration_us"] = pd.to_numeric(k["duration_us"])
+    us = k.groupby("id").agg(kernel=("kernel", "first"), us=("duration_us", "sum"))
+    return us, cases[cases["id"].isin(us.index)].reset_index(drop=True)
+
+
 def measured_by_family(probe: pd.DataFrame, cases: pd.DataFrame) -> pd.DataFrame:
     """Per call id, the microseconds its kernels of each family ran."""
     k = probe[probe["error"].isna()].copy()

@@ -20,14 +20,15 @@ import pandas as pd
 def block_us(probe: pd.DataFrame, cases: pd.DataFrame) -> pd.DataFrame:
     """Per call: fp32, kernel class, mask, dropout, the forward kernel's name and us, and us per key block."""
     from estimator.call import cta_floor
+    from estimator.call.dq_chain import efficient_kernel_class
     from estimator.call.table import calls_from_frame
     from estimator.units import cdiv
-    from validation.timing.dq_steps import kernel_us
+    from validation.timing.kernel_classes import kernel_us
 
     us, frame = kernel_us(probe, cases, "fmha_cutlassF")
     c, _, _ = calls_from_frame(frame)
     n = len(frame)
-    cls = np.broadcast_to(cta_floor.walk_kernel_class(c), (n,))
+    cls = np.broadcast_to(efficient_kernel_class(c), (n,))
     block = np.array([cta_floor.WALK_KEY_BLOCK[int(v)] for v in cls])
     out = pd.DataFrame({"id": frame["id"], "fp32": np.broadcast_to(c.fp32, (n,)), "kernel_class": cls,
                         "head_dim": pd.to_numeric(frame["head_dim"]).to_numpy(), "masked": frame["mask"] != "none",
